@@ -1,0 +1,62 @@
+"""The KV-cache pool: `kv_cache_pool_config` defaults, the `mooncake_master` command and the engine store config.
+
+Pure: turns configuration into argument lists and dictionaries; starting processes is `motor.pool`'s job.
+"""
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+
+from motor.kv.sizes import format_size, parse_size
+
+DEFAULT_POOL_PORT = 50088
+DEFAULT_METRICS_PORT = 9003
+DEFAULT_LEASE_TTL_MS = 11000
+
+ByteSize = Annotated[int, BeforeValidator(parse_size), PlainSerializer(format_size, return_type=str)]
+
+
+class KvCachePoolConfig(BaseModel):
+    """`kv_cache_pool_config` of user_config.json, with the seed document's defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metadata_server: str = "P2PHANDSHAKE"
+    protocol: str = "ascend"
+    device_name: str = ""
+    global_segment_size: ByteSize = Field(default=1 << 30, gt=0)
+    local_buffer_size: ByteSize = Field(default=128 << 20, ge=0)
+    eviction_high_watermark_ratio: float = Field(default=0.9, gt=0, le=1)
+    eviction_ratio: float = Field(default=0.1, gt=0, le=1)
+    port: int = Field(default=DEFAULT_POOL_PORT, ge=1, le=65535)
+    metrics_port: int = Field(default=DEFAULT_METRICS_PORT, ge=1, le=65535)
+    default_kv_lease_ttl: int = Field(default=DEFAULT_LEASE_TTL_MS, gt=0, description="milliseconds")
+
+
+def master_args(pool: KvCachePoolConfig, *, bind_host: str) -> list[str]:
+    """Arguments for `mooncake_master` (without the binary), binding RPC and metrics to `bind_host`."""
+    return [
+        f"--rpc_port={pool.port}",
+        f"--rpc_address={bind_host}",
+        f"--metrics_port={pool.metrics_port}",
+        f"--metrics_host={bind_host}",
+        f"--eviction_high_watermark_ratio={pool.eviction_high_watermark_ratio}",
+        f"--eviction_ratio={pool.eviction_ratio}",
+        f"--default_kv_lease_ttl={pool.default_kv_lease_ttl}",
+    ]
+
+
+def engine_store_config(pool: KvCachePoolConfig, *, master_host: str) -> dict[str, Any]:
+    """The JSON engines read through `MOONCAKE_CONFIG_PATH` (sizes in bytes, as the store's setup takes them)."""
+    return {
+        "master_server_address": f"{master_host}:{pool.port}",
+        "metadata_server": pool.metadata_server,
+        "protocol": pool.protocol,
+        "device_name": pool.device_name,
+        "global_segment_size": pool.global_segment_size,
+        "local_buffer_size": pool.local_buffer_size,
+    }
+
+
+def metrics_url(pool: KvCachePoolConfig, *, master_host: str) -> str:
+    return f"http://{master_host}:{pool.metrics_port}/metrics"
