@@ -1,0 +1,258 @@
+"""Typed models of user_config.json ("v2.0") and env.json ("2.0.0").
+
+Every field here is used by motor; keys pyMotor knows but motor does not implement are reported by the loader
+as warnings, and any other unknown key is an error. `engine_config` is the engine's own option set and passes
+through untouched.
+"""
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, field_validator
+
+from motor.kv.connectors import DispatchProfile
+from motor.kv.pool import KvCachePoolConfig
+
+Port = Annotated[int, Field(ge=1, le=65535)]
+PositiveSeconds = Annotated[float, Field(gt=0)]
+InstanceCount = Annotated[int, Field(ge=1, le=16)]
+DnsLabel = Annotated[
+    str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class LoggingConfig(Section):
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+# ---- motor_deploy_config ---------------------------------------------------------------------------------
+
+DeployMode = Literal["local", "multi_deployment", "single_container"]
+HardwareType = Literal["800I_A2", "800I_A3", "nvidia-gpu", "cpu"]
+
+
+def _reject_infer_service_set(value: object) -> object:
+    if value == "infer_service_set":
+        raise ValueError(
+            "infer_service_set (the InferServiceSet CRD) is not supported by motor; use multi_deployment "
+            "(one Deployment per component and engine instance), single_container or local"
+        )
+    return value
+
+
+class DeployConfig(Section):
+    p_instances_num: InstanceCount | None = None
+    d_instances_num: InstanceCount | None = None
+    hybrid_instances_num: InstanceCount | None = None
+    single_p_instance_pod_num: Annotated[int, Field(ge=1, le=64)] = 1
+    single_d_instance_pod_num: Annotated[int, Field(ge=1, le=64)] = 1
+    single_hybrid_instance_pod_num: Annotated[int, Field(ge=1, le=64)] = 1
+    p_pod_npu_num: Annotated[int, Field(ge=0, le=16)] = 1
+    d_pod_npu_num: Annotated[int, Field(ge=0, le=16)] = 1
+    hybrid_pod_npu_num: Annotated[int, Field(ge=0, le=16)] = 1
+    image_name: str = "motor:latest"
+    job_id: DnsLabel = "motor"
+    hardware_type: HardwareType = "cpu"
+    weight_mount_path: str = "/mnt/weight"
+    deploy_mode: Annotated[DeployMode, BeforeValidator(_reject_infer_service_set)] = "local"
+
+
+# ---- motor_controller_config -----------------------------------------------------------------------------
+
+
+class ControllerApiConfig(Section):
+    controller_api_host: str = "127.0.0.1"
+    controller_api_port: Port = 1027
+
+
+class InstanceConfig(Section):
+    instance_heartbeat_timeout: PositiveSeconds = 10.0
+    instance_expired_timeout: PositiveSeconds = 300.0
+    instance_manager_check_interval: PositiveSeconds = 1.0
+
+
+class EventConfig(Section):
+    coordinator_heartbeat_interval: PositiveSeconds = 10.0
+
+
+class EtcdConfig(Section):
+    enable_etcd_persistence: bool = False
+    etcd_host: str = "127.0.0.1"
+    etcd_port: Port = 2379
+    etcd_timeout: PositiveSeconds = 5.0
+
+
+class ControllerConfig(Section):
+    logging_config: LoggingConfig = LoggingConfig()
+    api_config: ControllerApiConfig = ControllerApiConfig()
+    instance_config: InstanceConfig = InstanceConfig()
+    event_config: EventConfig = EventConfig()
+    etcd_config: EtcdConfig = EtcdConfig()
+
+
+# ---- motor_coordinator_config ----------------------------------------------------------------------------
+
+LegacyDeployMode = Literal[
+    "single_node", "pd_separate", "cdp_separate", "cpcd_separate", "pd_dual_dispatch",
+    "pd_disaggregation_single_container",
+]
+LEGACY_DEPLOY_MODE_PROFILE: dict[str, DispatchProfile] = {
+    "single_node": DispatchProfile.AGGREGATED,
+    "pd_separate": DispatchProfile.DECODE_FIRST,
+    "cdp_separate": DispatchProfile.DECODE_FIRST,
+    "pd_disaggregation_single_container": DispatchProfile.DECODE_FIRST,
+    "cpcd_separate": DispatchProfile.PREFILL_FIRST,
+    "pd_dual_dispatch": DispatchProfile.CONCURRENT,
+}
+
+
+class SchedulerConfig(Section):
+    dispatch_profile: DispatchProfile | None = None
+    deploy_mode: LegacyDeployMode | None = Field(
+        default=None, description="pyMotor's name for the dispatch style; checked against the resolved profile"
+    )
+    scheduler_type: Literal["round_robin", "load_balance", "prefix_affinity"] = "load_balance"
+    affinity_block_size: Annotated[int, Field(ge=1)] = 128
+    affinity_max_load_ratio: Annotated[float, Field(ge=1.0)] = 2.0
+
+    @field_validator("scheduler_type", mode="before")
+    @classmethod
+    def _legacy_affinity_name(cls, value: object) -> object:
+        return "prefix_affinity" if value == "kv_cache_affinity" else value
+
+
+class ExceptionConfig(Section):
+    max_retry: Annotated[int, Field(ge=0, le=100)] = 5
+    retry_delay: Annotated[float, Field(ge=0)] = 0.2
+    first_token_timeout: PositiveSeconds = 600.0
+    infer_timeout: PositiveSeconds = 3600.0
+
+
+class TimeoutConfig(Section):
+    request_timeout: PositiveSeconds = 30.0
+    connection_timeout: PositiveSeconds = 10.0
+    read_timeout: PositiveSeconds = 15.0
+    write_timeout: PositiveSeconds = 15.0
+    keep_alive_timeout: PositiveSeconds = 60.0
+
+
+class ApiKeyConfig(Section):
+    enable_api_key: bool = False
+    valid_keys: list[str] = []
+    header_name: str = "Authorization"
+    key_prefix: str = "Bearer "
+
+
+class RateLimitConfig(Section):
+    enable_rate_limit: bool = False
+    max_requests: Annotated[int, Field(ge=1)] = 1000
+    window_size: PositiveSeconds = 60.0
+    error_message: str = "too many requests, please try again later"
+    error_status_code: Annotated[int, Field(ge=100, le=599)] = 429
+
+
+class RequestLimitConfig(Section):
+    max_requests: Annotated[int, Field(ge=1)] | None = None
+    max_body_bytes: Annotated[int, Field(ge=1024)] = 10 << 20
+
+
+class CoordinatorApiConfig(Section):
+    coordinator_api_host: str = "127.0.0.1"
+    coordinator_api_infer_port: Port = 1025
+    coordinator_api_mgmt_port: Port = 1026
+
+
+class InferenceWorkersConfig(Section):
+    num_workers: Annotated[int, Field(ge=1, le=64)] = 1
+
+
+class CoordinatorConfig(Section):
+    logging_config: LoggingConfig = LoggingConfig()
+    scheduler_config: SchedulerConfig = SchedulerConfig()
+    exception_config: ExceptionConfig = ExceptionConfig()
+    timeout_config: TimeoutConfig = TimeoutConfig()
+    api_key_config: ApiKeyConfig = ApiKeyConfig()
+    rate_limit_config: RateLimitConfig = RateLimitConfig()
+    request_limit: RequestLimitConfig = RequestLimitConfig()
+    api_config: CoordinatorApiConfig = CoordinatorApiConfig()
+    inference_workers_config: InferenceWorkersConfig = InferenceWorkersConfig()
+
+
+# ---- motor_nodemanger_config -----------------------------------------------------------------------------
+
+
+class NodeManagerApiConfig(Section):
+    node_manager_port: Port = 1030
+
+
+class EndpointConfig(Section):
+    base_port: Port = 10000
+
+
+class NodeManagerBasicConfig(Section):
+    heartbeat_interval_seconds: PositiveSeconds = 3.0
+
+
+class NodeManagerConfig(Section):
+    logging_config: LoggingConfig = LoggingConfig()
+    api_config: NodeManagerApiConfig = NodeManagerApiConfig()
+    endpoint_config: EndpointConfig = EndpointConfig()
+    basic_config: NodeManagerBasicConfig = NodeManagerBasicConfig()
+
+
+# ---- engine sections -------------------------------------------------------------------------------------
+
+EngineType = Literal["vllm", "sglang", "sim"]
+
+
+class EngineSection(Section):
+    engine_type: EngineType = "vllm"
+    engine_config: dict[str, Any] = {}
+    motor_nodemanger_config: NodeManagerConfig | None = None
+
+
+class KvConductorConfig(Section):
+    kvevent_instance: dict[str, Any] | None = None
+    http_server_port: Annotated[int, Field(ge=0, le=65535)] = 0
+
+
+class UserConfig(Section):
+    version: Literal["v2.0"]
+    motor_deploy_config: DeployConfig = DeployConfig()
+    motor_controller_config: ControllerConfig = ControllerConfig()
+    motor_coordinator_config: CoordinatorConfig = CoordinatorConfig()
+    motor_nodemanger_config: NodeManagerConfig = NodeManagerConfig()
+    motor_engine_prefill_config: EngineSection | None = None
+    motor_engine_decode_config: EngineSection | None = None
+    motor_engine_union_config: EngineSection | None = None
+    kv_cache_pool_config: KvCachePoolConfig | None = None
+    kv_conductor_config: KvConductorConfig | None = None
+
+
+# ---- env.json --------------------------------------------------------------------------------------------
+
+
+def _env_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float | str):
+        return str(value)
+    raise ValueError("environment values must be strings, numbers or booleans")
+
+
+EnvValue = Annotated[str, BeforeValidator(_env_value)]
+EnvMap = dict[str, EnvValue]
+
+
+class EnvConfig(Section):
+    version: Literal["2.0.0"]
+    motor_common_env: EnvMap = {}
+    motor_controller_env: EnvMap = {}
+    motor_coordinator_env: EnvMap = {}
+    motor_engine_prefill_env: EnvMap = {}
+    motor_engine_decode_env: EnvMap = {}
+    motor_engine_union_env: EnvMap | None = None
+    motor_kv_cache_pool_env: EnvMap = {}

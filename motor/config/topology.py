@@ -1,0 +1,346 @@
+"""Whole-topology validation: roles, connectors, dispatch profile, pool, timeouts, ports — all errors at once."""
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from motor.config.errors import ConfigError, ConfigIssue
+from motor.config.models import LEGACY_DEPLOY_MODE_PROFILE, EngineSection, EnvConfig, NodeManagerConfig, UserConfig
+from motor.config.ports import PortUse, local_port_uses
+from motor.config.transfer import (
+    apply_role,
+    check_engine_compatibility,
+    check_pd_agreement,
+    connector_levels,
+    read_transfer_config,
+    transfer_config_key,
+)
+from motor.kv.connectors import is_pool_backend
+from motor.kv.pool import KvCachePoolConfig
+from motor.kv.profile import ProfileError, ProfileResolution, resolve_profile
+
+Role = Literal["prefill", "decode", "union"]
+ROLE_KV = {"prefill": "kv_producer", "decode": "kv_consumer", "union": "kv_both"}
+TRANSFER_TIMEOUT_VARS = ("ASCEND_CONNECT_TIMEOUT", "ASCEND_TRANSFER_TIMEOUT")
+HASH_SEED_VAR = "PYTHONHASHSEED"
+DEFAULT_HASH_SEED = "0"
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    role: Role
+    section_path: str
+    instances: int
+    pods_per_instance: int
+    accelerators_per_pod: int
+    engine_type: str
+    engine_config: dict[str, Any]
+    env: dict[str, str]
+    node_manager: NodeManagerConfig
+
+
+@dataclass(frozen=True)
+class Topology:
+    user: UserConfig
+    env: EnvConfig
+    roles: dict[Role, RoleSpec]
+    profile: ProfileResolution
+    pool: KvCachePoolConfig | None
+    ports: list[PortUse]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def pool_enabled(self) -> bool:
+        return self.pool is not None
+
+
+def build_topology(user: UserConfig, env: EnvConfig, raw_pool_present: bool, warnings: list[str]) -> Topology:
+    issues: list[ConfigIssue] = []
+    deploy = user.motor_deploy_config
+    aggregated = deploy.hybrid_instances_num is not None or user.motor_engine_union_config is not None
+    sections = _role_sections(user, aggregated, issues)
+
+    transfer: dict[Role, tuple[dict[str, Any] | None, str]] = {}
+    for role, (path, section) in sections.items():
+        transfer[role] = read_transfer_config(section.engine_config, path, issues)
+
+    engine_configs: dict[Role, dict[str, Any]] = {}
+    for role, (path, section) in sections.items():
+        config, config_path = transfer[role]
+        engine_config = dict(section.engine_config)
+        if config is not None:
+            key = transfer_config_key(engine_config) or "kv_transfer_config"
+            engine_config[key] = apply_role(config, config_path, ROLE_KV[role], issues)
+        engine_configs[role] = engine_config
+
+    if not aggregated and "prefill" in sections and "decode" in sections:
+        (p_cfg, p_path), (d_cfg, d_path) = transfer["prefill"], transfer["decode"]
+        if (p_cfg is None) != (d_cfg is None) and not issues:
+            missing = d_path if d_cfg is None else p_path
+            issues.append(ConfigIssue(missing, "prefill and decode must both configure kv_transfer_config"))
+        if p_cfg is not None and d_cfg is not None:
+            check_pd_agreement(p_cfg, p_path, d_cfg, d_path, issues)
+        check_engine_compatibility(
+            sections["prefill"][1].engine_config, sections["prefill"][0],
+            sections["decode"][1].engine_config, sections["decode"][0], issues,
+        )
+        if sections["prefill"][1].engine_type != sections["decode"][1].engine_type:
+            issues.append(
+                ConfigIssue(
+                    "motor_engine_decode_config.engine_type",
+                    f"{sections['decode'][1].engine_type!r} differs from the prefill side's "
+                    f"{sections['prefill'][1].engine_type!r}; P and D must run the same engine",
+                )
+            )
+
+    profile = _resolve(user, sections, transfer, aggregated, issues, warnings)
+    pool = _pool(user, sections, transfer, raw_pool_present, issues)
+    engine_env = _engine_env(env, sections, pool, issues)
+    if pool is not None:
+        _check_lease(pool, env, sections, issues)
+
+    roles: dict[Role, RoleSpec] = {}
+    for role, (path, section) in sections.items():
+        count, pods, accelerators = _counts(user, role)
+        roles[role] = RoleSpec(
+            role=role,
+            section_path=path,
+            instances=count or 0,
+            pods_per_instance=pods,
+            accelerators_per_pod=accelerators,
+            engine_type=section.engine_type,
+            engine_config=engine_configs[role],
+            env=engine_env.get(role, {}),
+            node_manager=section.motor_nodemanger_config or user.motor_nodemanger_config,
+        )
+
+    ports = local_port_uses(user, roles, pool) if deploy.deploy_mode == "local" else []
+    if deploy.deploy_mode == "local":
+        _check_local(user, roles, ports, issues)
+    if issues:
+        raise ConfigError(issues)
+    assert profile is not None
+    return Topology(user, env, roles, profile, pool, ports, warnings)
+
+
+def _role_sections(
+    user: UserConfig, aggregated: bool, issues: list[ConfigIssue]
+) -> dict[Role, tuple[str, EngineSection]]:
+    deploy = user.motor_deploy_config
+    sections: dict[Role, tuple[str, EngineSection]] = {}
+    if aggregated:
+        for name in ("p_instances_num", "d_instances_num"):
+            if getattr(deploy, name) is not None:
+                issues.append(
+                    ConfigIssue(f"motor_deploy_config.{name}", "not allowed with hybrid_instances_num (aggregated); remove it")
+                )
+        for name in ("motor_engine_prefill_config", "motor_engine_decode_config"):
+            if getattr(user, name) is not None:
+                issues.append(ConfigIssue(name, "not allowed in an aggregated (union) deployment; remove it"))
+        if deploy.hybrid_instances_num is None:
+            issues.append(
+                ConfigIssue("motor_deploy_config.hybrid_instances_num", "required with motor_engine_union_config (1..16)")
+            )
+        if user.motor_engine_union_config is None:
+            issues.append(
+                ConfigIssue("motor_engine_union_config", "required with hybrid_instances_num: describe the union engine")
+            )
+        else:
+            sections["union"] = ("motor_engine_union_config", user.motor_engine_union_config)
+        return sections
+    for role, count_key, section_key in (
+        ("prefill", "p_instances_num", "motor_engine_prefill_config"),
+        ("decode", "d_instances_num", "motor_engine_decode_config"),
+    ):
+        if getattr(deploy, count_key) is None:
+            issues.append(
+                ConfigIssue(
+                    f"motor_deploy_config.{count_key}",
+                    "required (1..16) for PD disaggregation; or set hybrid_instances_num with "
+                    "motor_engine_union_config for aggregated serving",
+                )
+            )
+        section = getattr(user, section_key)
+        if section is None:
+            issues.append(ConfigIssue(section_key, f"required: describe the {role} engine (engine_type, engine_config)"))
+        else:
+            sections[role] = (section_key, section)  # type: ignore[index]
+    return sections
+
+
+def _counts(user: UserConfig, role: Role) -> tuple[int | None, int, int]:
+    deploy = user.motor_deploy_config
+    if role == "prefill":
+        return deploy.p_instances_num, deploy.single_p_instance_pod_num, deploy.p_pod_npu_num
+    if role == "decode":
+        return deploy.d_instances_num, deploy.single_d_instance_pod_num, deploy.d_pod_npu_num
+    return deploy.hybrid_instances_num, deploy.single_hybrid_instance_pod_num, deploy.hybrid_pod_npu_num
+
+
+def _resolve(
+    user: UserConfig,
+    sections: dict[Role, tuple[str, EngineSection]],
+    transfer: dict[Role, tuple[dict[str, Any] | None, str]],
+    aggregated: bool,
+    issues: list[ConfigIssue],
+    warnings: list[str],
+) -> ProfileResolution | None:
+    scheduler = user.motor_coordinator_config.scheduler_config
+    deciding_role: Role = "union" if aggregated else "prefill"
+    if deciding_role not in sections:
+        return None
+    config, path = transfer[deciding_role]
+    if config is None and any(issue.path.startswith(path) for issue in issues):
+        return None
+    explicit_path = "motor_coordinator_config.scheduler_config.dispatch_profile"
+    try:
+        resolution = resolve_profile(
+            engine_type=sections[deciding_role][1].engine_type,
+            transfer_config=config,
+            transfer_config_path=path,
+            explicit=scheduler.dispatch_profile,
+            explicit_path=explicit_path,
+            aggregated_only=aggregated,
+        )
+    except ProfileError as exc:
+        issues.append(ConfigIssue(exc.path, exc.message))
+        return None
+    warnings.extend(resolution.warnings)
+    if scheduler.deploy_mode is not None:
+        legacy = LEGACY_DEPLOY_MODE_PROFILE[scheduler.deploy_mode]
+        if legacy != resolution.profile:
+            warnings.append(
+                f"motor_coordinator_config.scheduler_config.deploy_mode: {scheduler.deploy_mode!r} means "
+                f"{legacy.value}, but motor dispatches {resolution.profile.value} ({resolution.decided_by}); "
+                "deploy_mode is only checked, set dispatch_profile to override"
+            )
+    return resolution
+
+
+def _pool(
+    user: UserConfig,
+    sections: dict[Role, tuple[str, EngineSection]],
+    transfer: dict[Role, tuple[dict[str, Any] | None, str]],
+    raw_pool_present: bool,
+    issues: list[ConfigIssue],
+) -> KvCachePoolConfig | None:
+    backend_paths = []
+    for role in ("prefill", "union"):
+        config, path = transfer.get(role, (None, ""))
+        if config is None:
+            continue
+        for suffix, level in connector_levels(config):
+            name = level.get("kv_connector")
+            if isinstance(name, str) and is_pool_backend(name):
+                backend_paths.append((f"{path}{suffix}.kv_connector", name))
+    if raw_pool_present and user.kv_cache_pool_config is not None:
+        return user.kv_cache_pool_config
+    if backend_paths:
+        path, name = backend_paths[0]
+        issues.append(
+            ConfigIssue(
+                path,
+                f"{name} is a KV pool backend but kv_cache_pool_config is missing; add kv_cache_pool_config "
+                "(e.g. {\"protocol\": \"tcp\"} on CPU; port 50088, lease 11000 ms and sizes default)",
+            )
+        )
+    return None
+
+
+def _engine_env(
+    env: EnvConfig,
+    sections: dict[Role, tuple[str, EngineSection]],
+    pool: KvCachePoolConfig | None,
+    issues: list[ConfigIssue],
+) -> dict[Role, dict[str, str]]:
+    effective: dict[Role, dict[str, str]] = {}
+    for role in sections:
+        role_env = _role_env(env, role)
+        effective[role] = {**env.motor_common_env, **role_env}
+    if pool is None:
+        return effective
+    seeds = {
+        role: (values[HASH_SEED_VAR], _env_source(env, role, HASH_SEED_VAR))
+        for role, values in effective.items()
+        if HASH_SEED_VAR in values
+    }
+    if len({seed for seed, _ in seeds.values()}) > 1:
+        described = ", ".join(f"{seed!r} in {source}" for seed, source in seeds.values())
+        issues.append(
+            ConfigIssue(
+                f"env.json:{HASH_SEED_VAR}",
+                f"engines disagree ({described}); with the KV pool on every engine must hash blocks alike: "
+                "set one value in motor_common_env or remove it (motor then uses 0)",
+            )
+        )
+    seed = next(iter(seeds.values()))[0] if seeds else DEFAULT_HASH_SEED
+    for values in effective.values():
+        values.setdefault(HASH_SEED_VAR, seed)
+    return effective
+
+
+def _role_env_section(env: EnvConfig, role: Role) -> str:
+    if role == "prefill":
+        return "motor_engine_prefill_env"
+    if role == "decode":
+        return "motor_engine_decode_env"
+    return "motor_engine_union_env" if env.motor_engine_union_env is not None else "motor_engine_prefill_env"
+
+
+def _role_env(env: EnvConfig, role: Role) -> dict[str, str]:
+    return getattr(env, _role_env_section(env, role))
+
+
+def _env_source(env: EnvConfig, role: Role, name: str) -> str:
+    return _role_env_section(env, role) if name in _role_env(env, role) else "motor_common_env"
+
+
+def _check_lease(
+    pool: KvCachePoolConfig, env: EnvConfig, sections: dict[Role, tuple[str, EngineSection]], issues: list[ConfigIssue]
+) -> None:
+    section_names = ["motor_common_env", *dict.fromkeys(_role_env_section(env, role) for role in sections)]
+    for section_name in section_names:
+        values: dict[str, str] = getattr(env, section_name)
+        for var in TRANSFER_TIMEOUT_VARS:
+            if var not in values:
+                continue
+            raw = values[var]
+            try:
+                timeout_ms = float(raw)
+            except ValueError:
+                issues.append(ConfigIssue(f"env.json:{section_name}.{var}", f"{raw!r} is not a number of milliseconds"))
+                continue
+            if pool.default_kv_lease_ttl <= timeout_ms:
+                issues.append(
+                    ConfigIssue(
+                        "kv_cache_pool_config.default_kv_lease_ttl",
+                        f"{pool.default_kv_lease_ttl} ms must exceed {var}={raw} ms from env.json {section_name}: "
+                        "a KV object's lease must outlive the engines' transfer; raise the lease or lower the timeout",
+                    )
+                )
+
+
+def _check_local(user: UserConfig, roles: dict[Role, RoleSpec], ports: list[PortUse], issues: list[ConfigIssue]) -> None:
+    for spec in roles.values():
+        if spec.pods_per_instance != 1:
+            key = {"prefill": "single_p_instance_pod_num", "decode": "single_d_instance_pod_num"}.get(
+                spec.role, "single_hybrid_instance_pod_num"
+            )
+            issues.append(
+                ConfigIssue(
+                    f"motor_deploy_config.{key}",
+                    f"{spec.pods_per_instance}: local mode runs each instance as one process group on this machine; set 1",
+                )
+            )
+    seen: dict[int, PortUse] = {}
+    for use in ports:
+        other = seen.get(use.port)
+        if other is not None:
+            issues.append(
+                ConfigIssue(
+                    use.path,
+                    f"port {use.port} for {use.component} is already used by {other.component} ({other.path}); "
+                    "in local mode every component needs its own port",
+                )
+            )
+        else:
+            seen[use.port] = use

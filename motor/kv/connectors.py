@@ -1,0 +1,84 @@
+"""Connector capability registry: which dispatch profile a KV transfer connector needs, which are pool backends.
+
+This is the recognition whitelist. For a `MultiConnector` only `connectors[0]` (the transfer connector) decides;
+pool backends never decide and need not be listed as transfer connectors.
+"""
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class DispatchProfile(StrEnum):
+    PREFILL_FIRST = "prefill_first"
+    DECODE_FIRST = "decode_first"
+    CONCURRENT = "concurrent"
+    AGGREGATED = "aggregated"
+
+
+@dataclass(frozen=True)
+class ConnectorCapability:
+    name: str
+    profile: DispatchProfile
+    pool_backend: bool
+    why: str
+
+
+MULTI_CONNECTOR = "MultiConnector"
+
+_CAPABILITIES = [
+    ConnectorCapability(
+        "MooncakeLayerwiseConnector",
+        DispatchProfile.DECODE_FIRST,
+        False,
+        "pushes KV layer by layer into the decode engine, which asks the coordinator for the prefill (metaserver)",
+    ),
+    ConnectorCapability(
+        "MooncakeConnectorV1", DispatchProfile.PREFILL_FIRST, False, "decode pulls KV named by the prefill response"
+    ),
+    ConnectorCapability(
+        "MooncakeHybridConnector", DispatchProfile.PREFILL_FIRST, False, "decode pulls KV named by the prefill response"
+    ),
+    ConnectorCapability(
+        "NixlConnector", DispatchProfile.PREFILL_FIRST, False, "decode pulls the remote blocks returned by the prefill"
+    ),
+    ConnectorCapability(
+        "P2pNcclConnector", DispatchProfile.PREFILL_FIRST, False, "prefill sends KV to the decode named in its request"
+    ),
+    ConnectorCapability(
+        "ExampleConnector", DispatchProfile.PREFILL_FIRST, False, "shared storage: decode reads what the prefill saved"
+    ),
+    ConnectorCapability(
+        "MooncakeConnector",
+        DispatchProfile.CONCURRENT,
+        False,
+        "vLLM's transfer-id contract: both legs carry one transfer_id and decode pulls from the prefill's "
+        "bootstrap address while the prefill runs",
+    ),
+    ConnectorCapability(
+        "AscendStoreConnector", DispatchProfile.PREFILL_FIRST, True, "KV pool backend: decode reads the prefill's KV from the pool"
+    ),
+    ConnectorCapability(
+        "MooncakeStoreConnector", DispatchProfile.PREFILL_FIRST, True, "KV pool backend: decode reads the prefill's KV from the pool"
+    ),
+    ConnectorCapability(
+        "MooncakeConnectorStoreV1", DispatchProfile.PREFILL_FIRST, True, "KV pool backend: decode reads the prefill's KV from the pool"
+    ),
+    ConnectorCapability(
+        "LMCacheConnectorV1", DispatchProfile.PREFILL_FIRST, True, "KV pool backend: decode reads the prefill's KV from the pool"
+    ),
+]
+
+REGISTRY: dict[str, ConnectorCapability] = {c.name: c for c in _CAPABILITIES}
+
+
+def lookup(name: str) -> ConnectorCapability | None:
+    return REGISTRY.get(name)
+
+
+def is_pool_backend(name: str) -> bool:
+    capability = REGISTRY.get(name)
+    return capability is not None and capability.pool_backend
+
+
+def known_transfer_connectors() -> list[str]:
+    return sorted(REGISTRY)

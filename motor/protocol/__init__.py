@@ -1,0 +1,1 @@
+"""Typed HTTP messages shared by the runtime components, one module per protocol."""
