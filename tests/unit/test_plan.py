@@ -1,0 +1,155 @@
+"""Plan: config -> components for local and Kubernetes targets."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from motor.config import Topology, load_config, load_documents
+from motor.deploy.plan import POD_IP_REF, Plan, build_plan, service_host
+
+SEED = Path(__file__).resolve().parents[2] / "examples" / "infer_engines" / "vllm"
+
+
+def sim_topology(deploy_mode: str = "local", pool: bool = True, **deploy: object) -> Topology:
+    engine = {
+        "engine_type": "sim",
+        "engine_config": {
+            "served_model_name": "sim",
+            "kv_transfer_config": {"kv_connector": "MooncakeConnectorV1"},
+        },
+    }
+    user: dict[str, object] = {
+        "version": "v2.0",
+        "motor_deploy_config": {
+            "p_instances_num": 2,
+            "d_instances_num": 1,
+            "deploy_mode": deploy_mode,
+            "hardware_type": "cpu",
+            "job_id": "simjob",
+            **deploy,
+        },
+        "motor_engine_prefill_config": engine,
+        "motor_engine_decode_config": engine,
+    }
+    if pool:
+        user["kv_cache_pool_config"] = {"protocol": "tcp"}
+    env = {
+        "version": "2.0.0",
+        "motor_common_env": {"COMMON": "1"},
+        "motor_controller_env": {"ONLY_CTRL": "x"},
+    }
+    return load_documents(user, env)
+
+
+def test_local_plan_components_in_start_order() -> None:
+    plan = build_plan(
+        sim_topology(), config_dir="/run/job/config", run_dir="/run/job", python="/venv/bin/python"
+    )
+    assert plan.target == "local"
+    assert [c.name for c in plan.components] == [
+        "kv-pool",
+        "controller",
+        "coordinator",
+        "prefill-0",
+        "prefill-1",
+        "decode-0",
+    ]
+    assert [c.kind for c in plan.node_managers] == ["node_manager"] * 3
+    assert plan.coordinator_url == "http://127.0.0.1:1025"
+    assert plan.user_config_path == "/run/job/config/user_config.json"
+
+
+def test_local_node_managers_use_shifted_ports_and_entry_point() -> None:
+    plan = build_plan(sim_topology(), config_dir="/c", run_dir="/r", python="/venv/bin/python")
+    p1 = plan.component("prefill-1")
+    assert (p1.role, p1.index) == ("prefill", 1)
+    assert p1.ports == {"nm": 1031, "engine": 10002, "engine-status": 10003}
+    assert plan.component("decode-0").ports["nm"] == 1032
+    assert p1.argv == (
+        "/venv/bin/python",
+        "-m",
+        "motor.node_manager",
+        "--user-config",
+        "/c/user_config.json",
+        "--env-config",
+        "/c/env.json",
+        "--role",
+        "prefill",
+        "--index",
+        "1",
+    )
+    assert p1.probe_url("readiness", "127.0.0.1") == "http://127.0.0.1:1031/readiness"
+    assert p1.env["MOTOR_RUN_DIR"] == "/r/prefill-1"
+
+
+def test_local_addresses_and_pool() -> None:
+    plan = build_plan(sim_topology(), config_dir="/c", run_dir="/r", python="/venv/bin/python")
+    nm = plan.component("decode-0")
+    assert nm.env["MOTOR_ADVERTISE_HOST"] == "127.0.0.1"
+    assert nm.env["MOTOR_CONTROLLER_URL"] == "http://127.0.0.1:1027"
+    assert nm.env["MOTOR_COORDINATOR_MGMT_URL"] == "http://127.0.0.1:1026"
+    assert nm.env["MOTOR_POOL_MASTER"] == "127.0.0.1:50088"
+    assert nm.env["MOONCAKE_CONFIG_PATH"] == "/c/mooncake_store.json"
+    assert nm.env["PYTHONHASHSEED"] == "0"
+    store = json.loads(plan.files["mooncake_store.json"])
+    assert store["master_server_address"] == "127.0.0.1:50088"
+    assert store["protocol"] == "tcp"
+    pool = plan.component("kv-pool")
+    assert pool.argv[0] == "/venv/bin/mooncake_master"
+    assert "--rpc_port=50088" in pool.argv and "--rpc_address=127.0.0.1" in pool.argv
+    assert pool.probe_url("liveness", "h") == "http://h:9003/health"
+
+
+def test_env_sections_reach_their_components_only() -> None:
+    plan = build_plan(sim_topology(), config_dir="/c")
+    assert plan.component("controller").env["ONLY_CTRL"] == "x"
+    assert "ONLY_CTRL" not in plan.component("coordinator").env
+    assert all(c.env["COMMON"] == "1" for c in plan.components)
+
+
+def test_no_pool_no_pool_component() -> None:
+    plan = build_plan(sim_topology(pool=False), config_dir="/c")
+    assert [c.kind for c in plan.components][:2] == ["controller", "coordinator"]
+    assert plan.files == {}
+    assert all("MOTOR_POOL_MASTER" not in c.env for c in plan.components)
+
+
+def test_local_plan_needs_config_dir() -> None:
+    with pytest.raises(ValueError, match="config_dir"):
+        build_plan(sim_topology())
+
+
+def kubernetes_plan() -> Plan:
+    return build_plan(load_config(SEED / "user_config.json", SEED / "env.json"))
+
+
+def test_kubernetes_plan_uses_services_and_pod_ip() -> None:
+    plan = kubernetes_plan()
+    assert plan.target == "kubernetes"
+    assert plan.config_dir == "/etc/motor"
+    prefill = plan.component("prefill-0")
+    assert prefill.env["MOTOR_ADVERTISE_HOST"] == POD_IP_REF
+    assert prefill.env["MOTOR_CONTROLLER_URL"] == f"http://{service_host('controller', 'mindie-motor')}:1027"
+    assert prefill.env["MOTOR_POOL_MASTER"] == "kv-pool.mindie-motor.svc.cluster.local:50088"
+    assert (
+        prefill.ports
+        == plan.component("decode-0").ports
+        == {"nm": 1030, "engine": 10000, "engine-status": 10001}
+    )
+    assert (prefill.replicas, prefill.accelerators) == (1, 2)
+    assert prefill.argv[0] == "python3"
+    assert plan.coordinator_url == "http://coordinator.mindie-motor.svc.cluster.local:1025"
+
+
+def test_local_config_previewed_as_kubernetes() -> None:
+    plan = build_plan(sim_topology(), target="kubernetes")
+    assert plan.deploy_mode == "local" and plan.target == "kubernetes"
+    assert plan.component("prefill-1").ports["nm"] == 1030
+    assert plan.component("controller").env["MOTOR_CONTROLLER_URL"].startswith("http://controller.simjob.svc")
+
+
+def test_single_container_shares_one_pod() -> None:
+    plan = build_plan(sim_topology("single_container"))
+    assert plan.component("prefill-1").ports["nm"] == 1031
+    assert plan.component("coordinator").env["MOTOR_CONTROLLER_URL"] == f"http://{POD_IP_REF}:1027"
