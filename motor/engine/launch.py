@@ -1,0 +1,173 @@
+"""Engine launch: one role's engine section plus what the topology decides → a command line, env and files.
+
+The engine section's `engine_config` holds the engine's own CLI options. They become flags the way vLLM's
+argument parser expects them: keys normalised to dashes, `true` → bare flag, `false` and `null` → omitted,
+an object → one JSON string, a list → the flag followed by every value. motor then injects what it owns:
+host and port, the served model name, `engine_id` = the instance id on the transfer connector, and the KV
+pool store config (a JSON file named by `MOONCAKE_CONFIG_PATH`).
+
+Every engine runs under `python -m motor.engine.server`, which starts the engine as its child process and
+serves `GET /status` on the status port.
+"""
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from motor.config.topology import RoleSpec
+from motor.config.transfer import transfer_config_key
+from motor.kv.connectors import MULTI_CONNECTOR
+
+STORE_CONFIG_ENV = "MOONCAKE_CONFIG_PATH"
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+SIM_MODULE = "motor.engine.sim"
+SERVER_MODULE = "motor.engine.server"
+
+
+class LaunchError(ValueError):
+    """The engine section cannot be turned into a command line; the message names the config path."""
+
+
+@dataclass(frozen=True)
+class EngineLaunch:
+    argv: list[str]
+    env: dict[str, str]  # set on top of the inherited environment
+    files: dict[str, str]  # path -> content, written before the engine starts
+
+
+def engine_launch(
+    spec: RoleSpec,
+    *,
+    instance_id: str,
+    host: str,
+    port: int,
+    status_port: int,
+    store_config: dict[str, Any] | None,
+    run_dir: Path,
+    python: str = sys.executable,
+) -> EngineLaunch:
+    """The command, environment and files that start instance `instance_id` of `spec.role`."""
+    if spec.engine_type == "sglang":
+        raise LaunchError(
+            f"{spec.section_path}.engine_type: 'sglang' is not supported yet by motor's engine launcher; "
+            "use 'vllm' (or 'sim' for the simulator)"
+        )
+    if spec.engine_type not in ("vllm", "sim"):
+        raise LaunchError(
+            f"{spec.section_path}.engine_type: unknown engine type {spec.engine_type!r}; use 'vllm' or 'sim'"
+        )
+
+    options = normalised_options(spec.engine_config)
+    if spec.engine_type == "vllm" and not options.get("model"):
+        raise LaunchError(
+            f"{spec.section_path}.engine_config.model: required for a vLLM engine: a model directory "
+            "(e.g. the one `motor model tiny DIR` writes)"
+        )
+    options["host"] = host
+    options["port"] = port
+    options["served-model-name"] = served_model_name(spec)
+    transfer = transfer_config(spec.engine_config)
+    if transfer is not None:
+        options["kv-transfer-config"] = with_engine_id(transfer, instance_id)
+
+    env = dict(spec.env)
+    files: dict[str, str] = {}
+    if store_config is not None:
+        path = Path(run_dir) / f"{instance_id}.mooncake.json"
+        files[str(path)] = json.dumps({"local_hostname": host, **store_config}, indent=2) + "\n"
+        env[STORE_CONFIG_ENV] = str(path)
+    if spec.engine_type == "vllm":
+        # Keeps the connectors' transfer engines and side channels on the advertised address.
+        env.setdefault("VLLM_HOST_IP", host)
+
+    module = VLLM_MODULE if spec.engine_type == "vllm" else SIM_MODULE
+    engine_argv = [python, "-m", module, *option_flags(options)]
+    wrapper = [
+        python,
+        "-m",
+        SERVER_MODULE,
+        "--engine-host",
+        host,
+        "--engine-port",
+        str(port),
+        "--status-host",
+        host,
+        "--status-port",
+        str(status_port),
+        "--",
+    ]
+    return EngineLaunch(argv=[*wrapper, *engine_argv], env=env, files=files)
+
+
+def normalised_options(engine_config: dict[str, Any]) -> dict[str, Any]:
+    """engine_config keyed by flag name (dashes), later keys winning when two spellings name one flag."""
+    return {option_name(key): value for key, value in engine_config.items()}
+
+
+def option_name(key: str) -> str:
+    return key.strip().lstrip("-").replace("_", "-")
+
+
+def option_flags(options: dict[str, Any]) -> list[str]:
+    """Render options as CLI flags: true → bare flag, false/None/[] → omitted, dict → JSON, list → values."""
+    argv: list[str] = []
+    for name, value in options.items():
+        flag = f"--{option_name(name)}"
+        if value is None or value is False:
+            continue
+        if value is True:
+            argv.append(flag)
+        elif isinstance(value, dict):
+            argv += [flag, json.dumps(value, separators=(",", ":"))]
+        elif isinstance(value, list | tuple):
+            if value:
+                argv += [flag, *(_scalar(item, flag) for item in value)]
+        else:
+            argv += [flag, _scalar(value, flag)]
+    return argv
+
+
+def _scalar(value: Any, flag: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float | str):
+        return str(value)
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"))
+    raise LaunchError(f"{flag}: cannot pass a {type(value).__name__} on the command line")
+
+
+def served_model_name(spec: RoleSpec) -> str:
+    """The name clients use: served_model_name (the first of a list), else the model path."""
+    options = normalised_options(spec.engine_config)
+    name = options.get("served-model-name")
+    if isinstance(name, list | tuple):
+        name = name[0] if name else None
+    if name:
+        return str(name)
+    if options.get("model"):
+        return str(options["model"])
+    raise LaunchError(
+        f"{spec.section_path}.engine_config.served_model_name: required when engine_config.model is not set"
+    )
+
+
+def transfer_config(engine_config: dict[str, Any]) -> dict[str, Any] | None:
+    key = transfer_config_key(engine_config)
+    if key is None:
+        return None
+    raw = engine_config[key]
+    return json.loads(raw) if isinstance(raw, str) else raw
+
+
+def with_engine_id(config: dict[str, Any], engine_id: str) -> dict[str, Any]:
+    """Copy of a kv_transfer_config with engine_id on the top level and on the transfer connector."""
+    filled = json.loads(json.dumps(config))
+    filled["engine_id"] = engine_id
+    if filled.get("kv_connector") == MULTI_CONNECTOR:
+        connectors = (filled.get("kv_connector_extra_config") or {}).get("connectors") or []
+        if connectors and isinstance(connectors[0], dict):
+            connectors[0]["engine_id"] = engine_id
+    return filled

@@ -1,0 +1,218 @@
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from motor.config import load_documents
+from motor.config.models import NodeManagerConfig
+from motor.config.topology import RoleSpec
+from motor.engine.launch import (
+    STORE_CONFIG_ENV,
+    LaunchError,
+    engine_launch,
+    option_flags,
+    served_model_name,
+    with_engine_id,
+)
+
+
+def role_spec(
+    engine_config: dict[str, Any], *, engine_type: str = "vllm", env: dict[str, str] | None = None
+) -> RoleSpec:
+    return RoleSpec(
+        role="prefill",
+        section_path="motor_engine_prefill_config",
+        instances=1,
+        pods_per_instance=1,
+        accelerators_per_pod=0,
+        engine_type=engine_type,
+        engine_config=engine_config,
+        env=env or {},
+        node_manager=NodeManagerConfig(),
+    )
+
+
+def engine_part(argv: list[str]) -> list[str]:
+    return argv[argv.index("--") + 1 :]
+
+
+def flag_value(argv: list[str], flag: str) -> str:
+    assert argv.count(flag) == 1, f"{flag} appears {argv.count(flag)} times in {argv}"
+    return argv[argv.index(flag) + 1]
+
+
+def test_flag_rules() -> None:
+    argv = option_flags(
+        {
+            "enforce_eager": True,
+            "enable-expert-parallel": False,
+            "quantization": None,
+            "max_model_len": 512,
+            "gpu_memory_utilization": 0.5,
+            "dtype": "float32",
+            "override_generation_config": {"temperature": 0},
+            "allowed-origins": ["a", "b"],
+            "api_key": [],
+        }
+    )
+    assert argv == [
+        "--enforce-eager",
+        "--max-model-len",
+        "512",
+        "--gpu-memory-utilization",
+        "0.5",
+        "--dtype",
+        "float32",
+        "--override-generation-config",
+        '{"temperature":0}',
+        "--allowed-origins",
+        "a",
+        "b",
+    ]
+
+
+def test_unsupported_value_type_is_an_error() -> None:
+    with pytest.raises(LaunchError, match="--model"):
+        option_flags({"model": {1, 2}})
+
+
+def test_vllm_launch_injects_topology(tmp_path: Path) -> None:
+    spec = role_spec(
+        {
+            "model": "/models/tiny",
+            "served_model_name": "tiny",
+            "host": "0.0.0.0",
+            "port": 1,
+            "enforce_eager": True,
+            "kv_transfer_config": {"kv_connector": "ExampleConnector", "kv_role": "kv_producer"},
+        },
+        env={"PYTHONHASHSEED": "0"},
+    )
+    launch = engine_launch(
+        spec,
+        instance_id="prefill-0",
+        host="127.0.0.1",
+        port=9000,
+        status_port=9001,
+        store_config=None,
+        run_dir=tmp_path,
+        python="/py",
+    )
+    wrapper = launch.argv[: launch.argv.index("--")]
+    assert wrapper[:3] == ["/py", "-m", "motor.engine.server"]
+    assert flag_value(wrapper, "--engine-port") == "9000"
+    assert flag_value(wrapper, "--status-port") == "9001"
+    engine = engine_part(launch.argv)
+    assert engine[:3] == ["/py", "-m", "vllm.entrypoints.openai.api_server"]
+    assert flag_value(engine, "--host") == "127.0.0.1"
+    assert flag_value(engine, "--port") == "9000"
+    assert flag_value(engine, "--served-model-name") == "tiny"
+    assert "--enforce-eager" in engine
+    kv = json.loads(flag_value(engine, "--kv-transfer-config"))
+    assert kv == {"kv_connector": "ExampleConnector", "kv_role": "kv_producer", "engine_id": "prefill-0"}
+    assert launch.env["PYTHONHASHSEED"] == "0"
+    assert STORE_CONFIG_ENV not in launch.env
+    assert launch.files == {}
+
+
+def test_multiconnector_engine_id_goes_to_the_transfer_connector_only() -> None:
+    config = {
+        "kv_connector": "MultiConnector",
+        "kv_role": "kv_consumer",
+        "kv_connector_extra_config": {
+            "connectors": [
+                {"kv_connector": "MooncakeConnector", "kv_role": "kv_consumer"},
+                {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_consumer"},
+            ]
+        },
+    }
+    filled = with_engine_id(config, "decode-0")
+    connectors = filled["kv_connector_extra_config"]["connectors"]
+    assert filled["engine_id"] == "decode-0"
+    assert connectors[0]["engine_id"] == "decode-0"
+    assert "engine_id" not in connectors[1]
+    assert "engine_id" not in config, "the spec's config must not be modified"
+
+
+def test_store_config_file_and_env(tmp_path: Path) -> None:
+    spec = role_spec({"model": "/m"})
+    store = {"master_server_address": "127.0.0.1:50088", "protocol": "tcp", "global_segment_size": 1 << 28}
+    launch = engine_launch(
+        spec,
+        instance_id="decode-0",
+        host="127.0.0.1",
+        port=9002,
+        status_port=9003,
+        store_config=store,
+        run_dir=tmp_path,
+    )
+    path = launch.env[STORE_CONFIG_ENV]
+    assert Path(path).parent == tmp_path
+    written = json.loads(launch.files[path])
+    assert written == {"local_hostname": "127.0.0.1", **store}
+
+
+def test_served_model_name_falls_back_to_model() -> None:
+    assert served_model_name(role_spec({"model": "/models/tiny"})) == "/models/tiny"
+    assert served_model_name(role_spec({"model": "/m", "served-model-name": ["a", "b"]})) == "a"
+
+
+def test_vllm_needs_a_model(tmp_path: Path) -> None:
+    with pytest.raises(LaunchError, match=r"engine_config\.model"):
+        engine_launch(
+            role_spec({"served_model_name": "x"}),
+            instance_id="p",
+            host="127.0.0.1",
+            port=1,
+            status_port=2,
+            store_config=None,
+            run_dir=tmp_path,
+        )
+
+
+def test_sglang_is_not_supported_yet(tmp_path: Path) -> None:
+    with pytest.raises(LaunchError, match="not supported yet"):
+        engine_launch(
+            role_spec({"model": "/m"}, engine_type="sglang"),
+            instance_id="p",
+            host="127.0.0.1",
+            port=1,
+            status_port=2,
+            store_config=None,
+            run_dir=tmp_path,
+        )
+
+
+def test_kv_roles_come_from_the_topology(tmp_path: Path) -> None:
+    transfer = {
+        "kv_connector": "MultiConnector",
+        "kv_connector_extra_config": {
+            "connectors": [{"kv_connector": "ExampleConnector"}, {"kv_connector": "MooncakeStoreConnector"}]
+        },
+    }
+    section = {"engine_type": "vllm", "engine_config": {"model": "/m", "kv_transfer_config": transfer}}
+    topology = load_documents(
+        {
+            "version": "v2.0",
+            "motor_deploy_config": {"p_instances_num": 1, "d_instances_num": 1},
+            "motor_engine_prefill_config": section,
+            "motor_engine_decode_config": section,
+            "kv_cache_pool_config": {"protocol": "tcp"},
+        },
+        {"version": "2.0.0"},
+    )
+    for role, kv_role in (("prefill", "kv_producer"), ("decode", "kv_consumer")):
+        launch = engine_launch(
+            topology.roles[role],
+            instance_id=f"{role}-0",
+            host="127.0.0.1",
+            port=1,
+            status_port=2,
+            store_config={},
+            run_dir=tmp_path,
+        )
+        kv = json.loads(flag_value(engine_part(launch.argv), "--kv-transfer-config"))
+        assert kv["kv_role"] == kv_role
+        assert [c["kv_role"] for c in kv["kv_connector_extra_config"]["connectors"]] == [kv_role, kv_role]
+        assert launch.env["PYTHONHASHSEED"] == "0"
