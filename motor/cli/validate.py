@@ -10,7 +10,9 @@ from motor.kv.pool import engine_store_config, master_args
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser(
-        "validate", help="validate user_config.json + env.json and summarise the topology", description=__doc__
+        "validate",
+        help="validate user_config.json + env.json and summarise the topology",
+        description=__doc__,
     )
     add_config_arguments(parser)
     parser.set_defaults(handler=run)
@@ -33,7 +35,9 @@ def summary(topology: Topology) -> str:
             f"{spec.accelerators_per_pod} accelerator(s)/pod, engine {spec.engine_type}"
         )
     profile = topology.profile
-    lines.append(f"dispatch profile: {profile.profile.value} (decided by {profile.decided_by}: {profile.why})")
+    lines.append(
+        f"dispatch profile: {profile.profile.value} (decided by {profile.decided_by}: {profile.why})"
+    )
     if topology.pool is None:
         lines.append("KV pool: off")
     else:

@@ -44,7 +44,9 @@ def resolve_config_paths(
             raise ConfigPathError(f"config directory {directory} does not exist")
         paths = directory / USER_CONFIG_FILE, directory / ENV_CONFIG_FILE
     else:
-        raise ConfigPathError("missing configuration: use --config-dir DIR, or --user-config F with --env-config F")
+        raise ConfigPathError(
+            "missing configuration: use --config-dir DIR, or --user-config F with --env-config F"
+        )
     for path in paths:
         if not path.is_file():
             where = f" in {path.parent}" if config_dir is not None and user_config is None else ""
@@ -93,7 +95,9 @@ def _normalise_user(doc: Any, warnings: list[str], issues: list[ConfigIssue]) ->
     if NODE_MANAGER_KEY_ALT in doc:
         if NODE_MANAGER_KEY in doc:
             issues.append(
-                ConfigIssue(NODE_MANAGER_KEY_ALT, f"given together with {NODE_MANAGER_KEY}; keep only one of them")
+                ConfigIssue(
+                    NODE_MANAGER_KEY_ALT, f"given together with {NODE_MANAGER_KEY}; keep only one of them"
+                )
             )
         else:
             doc[NODE_MANAGER_KEY] = doc.pop(NODE_MANAGER_KEY_ALT)

@@ -15,9 +15,7 @@ from motor.kv.pool import KvCachePoolConfig
 Port = Annotated[int, Field(ge=1, le=65535)]
 PositiveSeconds = Annotated[float, Field(gt=0)]
 InstanceCount = Annotated[int, Field(ge=1, le=16)]
-DnsLabel = Annotated[
-    str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
-]
+DnsLabel = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
 
 
 class Section(BaseModel):
@@ -96,7 +94,11 @@ class ControllerConfig(Section):
 # ---- motor_coordinator_config ----------------------------------------------------------------------------
 
 LegacyDeployMode = Literal[
-    "single_node", "pd_separate", "cdp_separate", "cpcd_separate", "pd_dual_dispatch",
+    "single_node",
+    "pd_separate",
+    "cdp_separate",
+    "cpcd_separate",
+    "pd_dual_dispatch",
     "pd_disaggregation_single_container",
 ]
 LEGACY_DEPLOY_MODE_PROFILE: dict[str, DispatchProfile] = {
@@ -112,7 +114,8 @@ LEGACY_DEPLOY_MODE_PROFILE: dict[str, DispatchProfile] = {
 class SchedulerConfig(Section):
     dispatch_profile: DispatchProfile | None = None
     deploy_mode: LegacyDeployMode | None = Field(
-        default=None, description="pyMotor's name for the dispatch style; checked against the resolved profile"
+        default=None,
+        description="pyMotor's name for the dispatch style; checked against the resolved profile",
     )
     scheduler_type: Literal["round_robin", "load_balance", "prefix_affinity"] = "load_balance"
     affinity_block_size: Annotated[int, Field(ge=1)] = 128

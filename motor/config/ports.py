@@ -52,15 +52,26 @@ def instance_ports(roles: "dict[Role, RoleSpec]") -> list[InstancePorts]:
     return result
 
 
-def local_port_uses(user: UserConfig, roles: "dict[Role, RoleSpec]", pool: KvCachePoolConfig | None) -> list[PortUse]:
+def local_port_uses(
+    user: UserConfig, roles: "dict[Role, RoleSpec]", pool: KvCachePoolConfig | None
+) -> list[PortUse]:
     coordinator = user.motor_coordinator_config.api_config
     uses = [
-        PortUse("coordinator (OpenAI API)", "motor_coordinator_config.api_config.coordinator_api_infer_port",
-                coordinator.coordinator_api_infer_port),
-        PortUse("coordinator (management)", "motor_coordinator_config.api_config.coordinator_api_mgmt_port",
-                coordinator.coordinator_api_mgmt_port),
-        PortUse("controller", "motor_controller_config.api_config.controller_api_port",
-                user.motor_controller_config.api_config.controller_api_port),
+        PortUse(
+            "coordinator (OpenAI API)",
+            "motor_coordinator_config.api_config.coordinator_api_infer_port",
+            coordinator.coordinator_api_infer_port,
+        ),
+        PortUse(
+            "coordinator (management)",
+            "motor_coordinator_config.api_config.coordinator_api_mgmt_port",
+            coordinator.coordinator_api_mgmt_port,
+        ),
+        PortUse(
+            "controller",
+            "motor_controller_config.api_config.controller_api_port",
+            user.motor_controller_config.api_config.controller_api_port,
+        ),
     ]
     if pool is not None:
         uses.append(PortUse("KV pool master", "kv_cache_pool_config.port", pool.port))

@@ -4,7 +4,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from motor.config.errors import ConfigError, ConfigIssue
-from motor.config.models import LEGACY_DEPLOY_MODE_PROFILE, EngineSection, EnvConfig, NodeManagerConfig, UserConfig
+from motor.config.models import (
+    LEGACY_DEPLOY_MODE_PROFILE,
+    EngineSection,
+    EnvConfig,
+    NodeManagerConfig,
+    UserConfig,
+)
 from motor.config.ports import PortUse, local_port_uses
 from motor.config.transfer import (
     apply_role,
@@ -64,7 +70,7 @@ def build_topology(user: UserConfig, env: EnvConfig, raw_pool_present: bool, war
         transfer[role] = read_transfer_config(section.engine_config, path, issues)
 
     engine_configs: dict[Role, dict[str, Any]] = {}
-    for role, (path, section) in sections.items():
+    for role, (_, section) in sections.items():
         config, config_path = transfer[role]
         engine_config = dict(section.engine_config)
         if config is not None:
@@ -80,8 +86,11 @@ def build_topology(user: UserConfig, env: EnvConfig, raw_pool_present: bool, war
         if p_cfg is not None and d_cfg is not None:
             check_pd_agreement(p_cfg, p_path, d_cfg, d_path, issues)
         check_engine_compatibility(
-            sections["prefill"][1].engine_config, sections["prefill"][0],
-            sections["decode"][1].engine_config, sections["decode"][0], issues,
+            sections["prefill"][1].engine_config,
+            sections["prefill"][0],
+            sections["decode"][1].engine_config,
+            sections["decode"][0],
+            issues,
         )
         if sections["prefill"][1].engine_type != sections["decode"][1].engine_type:
             issues.append(
@@ -131,18 +140,27 @@ def _role_sections(
         for name in ("p_instances_num", "d_instances_num"):
             if getattr(deploy, name) is not None:
                 issues.append(
-                    ConfigIssue(f"motor_deploy_config.{name}", "not allowed with hybrid_instances_num (aggregated); remove it")
+                    ConfigIssue(
+                        f"motor_deploy_config.{name}",
+                        "not allowed with hybrid_instances_num (aggregated); remove it",
+                    )
                 )
         for name in ("motor_engine_prefill_config", "motor_engine_decode_config"):
             if getattr(user, name) is not None:
                 issues.append(ConfigIssue(name, "not allowed in an aggregated (union) deployment; remove it"))
         if deploy.hybrid_instances_num is None:
             issues.append(
-                ConfigIssue("motor_deploy_config.hybrid_instances_num", "required with motor_engine_union_config (1..16)")
+                ConfigIssue(
+                    "motor_deploy_config.hybrid_instances_num",
+                    "required with motor_engine_union_config (1..16)",
+                )
             )
         if user.motor_engine_union_config is None:
             issues.append(
-                ConfigIssue("motor_engine_union_config", "required with hybrid_instances_num: describe the union engine")
+                ConfigIssue(
+                    "motor_engine_union_config",
+                    "required with hybrid_instances_num: describe the union engine",
+                )
             )
         else:
             sections["union"] = ("motor_engine_union_config", user.motor_engine_union_config)
@@ -161,7 +179,9 @@ def _role_sections(
             )
         section = getattr(user, section_key)
         if section is None:
-            issues.append(ConfigIssue(section_key, f"required: describe the {role} engine (engine_type, engine_config)"))
+            issues.append(
+                ConfigIssue(section_key, f"required: describe the {role} engine (engine_type, engine_config)")
+            )
         else:
             sections[role] = (section_key, section)  # type: ignore[index]
     return sections
@@ -240,7 +260,7 @@ def _pool(
             ConfigIssue(
                 path,
                 f"{name} is a KV pool backend but kv_cache_pool_config is missing; add kv_cache_pool_config "
-                "(e.g. {\"protocol\": \"tcp\"} on CPU; port 50088, lease 11000 ms and sizes default)",
+                '(e.g. {"protocol": "tcp"} on CPU; port 50088, lease 11000 ms and sizes default)',
             )
         )
     return None
@@ -295,7 +315,10 @@ def _env_source(env: EnvConfig, role: Role, name: str) -> str:
 
 
 def _check_lease(
-    pool: KvCachePoolConfig, env: EnvConfig, sections: dict[Role, tuple[str, EngineSection]], issues: list[ConfigIssue]
+    pool: KvCachePoolConfig,
+    env: EnvConfig,
+    sections: dict[Role, tuple[str, EngineSection]],
+    issues: list[ConfigIssue],
 ) -> None:
     section_names = ["motor_common_env", *dict.fromkeys(_role_env_section(env, role) for role in sections)]
     for section_name in section_names:
@@ -307,7 +330,9 @@ def _check_lease(
             try:
                 timeout_ms = float(raw)
             except ValueError:
-                issues.append(ConfigIssue(f"env.json:{section_name}.{var}", f"{raw!r} is not a number of milliseconds"))
+                issues.append(
+                    ConfigIssue(f"env.json:{section_name}.{var}", f"{raw!r} is not a number of milliseconds")
+                )
                 continue
             if pool.default_kv_lease_ttl <= timeout_ms:
                 issues.append(
@@ -319,7 +344,9 @@ def _check_lease(
                 )
 
 
-def _check_local(user: UserConfig, roles: dict[Role, RoleSpec], ports: list[PortUse], issues: list[ConfigIssue]) -> None:
+def _check_local(
+    user: UserConfig, roles: dict[Role, RoleSpec], ports: list[PortUse], issues: list[ConfigIssue]
+) -> None:
     for spec in roles.values():
         if spec.pods_per_instance != 1:
             key = {"prefill": "single_p_instance_pod_num", "decode": "single_d_instance_pod_num"}.get(

@@ -50,7 +50,8 @@ def read_transfer_config(
         issues.append(ConfigIssue(path, "must be an object with kv_connector, kv_role, ..."))
         return None, path
     before = len(issues)
-    _check_shape(raw, path, issues)
+    if not _check_shape(raw, path, issues):
+        return None, path
     if raw.get("kv_connector") == MULTI_CONNECTOR:
         connectors = (raw.get("kv_connector_extra_config") or {}).get("connectors")
         connectors_path = f"{path}.kv_connector_extra_config.connectors"
@@ -59,17 +60,20 @@ def read_transfer_config(
                 ConfigIssue(
                     connectors_path,
                     "MultiConnector needs at least one sub-connector: the transfer connector first, then any pool "
-                    "backend (e.g. [{\"kv_connector\": \"MooncakeLayerwiseConnector\"}, "
-                    "{\"kv_connector\": \"AscendStoreConnector\"}])",
+                    'backend (e.g. [{"kv_connector": "MooncakeLayerwiseConnector"}, '
+                    '{"kv_connector": "AscendStoreConnector"}])',
                 )
             )
         else:
             for index, sub in enumerate(connectors):
                 sub_path = f"{connectors_path}[{index}]"
                 if not isinstance(sub, dict):
-                    issues.append(ConfigIssue(sub_path, "each sub-connector must be an object with kv_connector"))
+                    issues.append(
+                        ConfigIssue(sub_path, "each sub-connector must be an object with kv_connector")
+                    )
                     continue
-                _check_shape(sub, sub_path, issues)
+                if not _check_shape(sub, sub_path, issues):
+                    continue
                 if not sub.get("kv_connector"):
                     issues.append(ConfigIssue(f"{sub_path}.kv_connector", "required: name the sub-connector"))
                 if "kv_load_failure_policy" in sub:
@@ -83,12 +87,14 @@ def read_transfer_config(
     return (raw if len(issues) == before else None), path
 
 
-def _check_shape(raw: dict[str, Any], path: str, issues: list[ConfigIssue]) -> None:
+def _check_shape(raw: dict[str, Any], path: str, issues: list[ConfigIssue]) -> bool:
     try:
         KvTransferConfig.model_validate(raw)
     except ValidationError as exc:
         for error in exc.errors():
             issues.append(ConfigIssue(json_path((path, *error["loc"])), error["msg"]))
+        return False
+    return True
 
 
 def connector_levels(config: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -109,13 +115,20 @@ def apply_role(config: dict[str, Any], path: str, expected: str, issues: list[Co
             level["kv_role"] = expected
         elif role != expected:
             issues.append(
-                ConfigIssue(f"{path}{suffix}.kv_role", f"{role!r} on this side must be {expected!r}; set it or remove it")
+                ConfigIssue(
+                    f"{path}{suffix}.kv_role",
+                    f"{role!r} on this side must be {expected!r}; set it or remove it",
+                )
             )
     return filled
 
 
 def check_pd_agreement(
-    prefill: dict[str, Any], prefill_path: str, decode: dict[str, Any], decode_path: str, issues: list[ConfigIssue]
+    prefill: dict[str, Any],
+    prefill_path: str,
+    decode: dict[str, Any],
+    decode_path: str,
+    issues: list[ConfigIssue],
 ) -> None:
     """P and D must use the same connector chain and meet on the transfer connector's kv_port."""
     p_names = [level.get("kv_connector") for _, level in connector_levels(prefill)]
@@ -146,7 +159,11 @@ COMPATIBILITY_KEYS = ("model", "served_model_name", "block_size", "dtype", "max_
 
 
 def check_engine_compatibility(
-    prefill: dict[str, Any], prefill_path: str, decode: dict[str, Any], decode_path: str, issues: list[ConfigIssue]
+    prefill: dict[str, Any],
+    prefill_path: str,
+    decode: dict[str, Any],
+    decode_path: str,
+    issues: list[ConfigIssue],
 ) -> None:
     for key in COMPATIBILITY_KEYS:
         p_value, d_value = engine_option(prefill, key), engine_option(decode, key)

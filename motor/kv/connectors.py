@@ -33,19 +33,34 @@ _CAPABILITIES = [
         "pushes KV layer by layer into the decode engine, which asks the coordinator for the prefill (metaserver)",
     ),
     ConnectorCapability(
-        "MooncakeConnectorV1", DispatchProfile.PREFILL_FIRST, False, "decode pulls KV named by the prefill response"
+        "MooncakeConnectorV1",
+        DispatchProfile.PREFILL_FIRST,
+        False,
+        "decode pulls KV named by the prefill response",
     ),
     ConnectorCapability(
-        "MooncakeHybridConnector", DispatchProfile.PREFILL_FIRST, False, "decode pulls KV named by the prefill response"
+        "MooncakeHybridConnector",
+        DispatchProfile.PREFILL_FIRST,
+        False,
+        "decode pulls KV named by the prefill response",
     ),
     ConnectorCapability(
-        "NixlConnector", DispatchProfile.PREFILL_FIRST, False, "decode pulls the remote blocks returned by the prefill"
+        "NixlConnector",
+        DispatchProfile.PREFILL_FIRST,
+        False,
+        "decode pulls the remote blocks returned by the prefill",
     ),
     ConnectorCapability(
-        "P2pNcclConnector", DispatchProfile.PREFILL_FIRST, False, "prefill sends KV to the decode named in its request"
+        "P2pNcclConnector",
+        DispatchProfile.PREFILL_FIRST,
+        False,
+        "prefill sends KV to the decode named in its request",
     ),
     ConnectorCapability(
-        "ExampleConnector", DispatchProfile.PREFILL_FIRST, False, "shared storage: decode reads what the prefill saved"
+        "ExampleConnector",
+        DispatchProfile.PREFILL_FIRST,
+        False,
+        "shared storage: decode reads what the prefill saved",
     ),
     ConnectorCapability(
         "MooncakeConnector",
@@ -55,16 +70,28 @@ _CAPABILITIES = [
         "bootstrap address while the prefill runs",
     ),
     ConnectorCapability(
-        "AscendStoreConnector", DispatchProfile.PREFILL_FIRST, True, "KV pool backend: decode reads the prefill's KV from the pool"
+        "AscendStoreConnector",
+        DispatchProfile.PREFILL_FIRST,
+        True,
+        "KV pool backend: decode reads the prefill's KV from the pool",
     ),
     ConnectorCapability(
-        "MooncakeStoreConnector", DispatchProfile.PREFILL_FIRST, True, "KV pool backend: decode reads the prefill's KV from the pool"
+        "MooncakeStoreConnector",
+        DispatchProfile.PREFILL_FIRST,
+        True,
+        "KV pool backend: decode reads the prefill's KV from the pool",
     ),
     ConnectorCapability(
-        "MooncakeConnectorStoreV1", DispatchProfile.PREFILL_FIRST, True, "KV pool backend: decode reads the prefill's KV from the pool"
+        "MooncakeConnectorStoreV1",
+        DispatchProfile.PREFILL_FIRST,
+        True,
+        "KV pool backend: decode reads the prefill's KV from the pool",
     ),
     ConnectorCapability(
-        "LMCacheConnectorV1", DispatchProfile.PREFILL_FIRST, True, "KV pool backend: decode reads the prefill's KV from the pool"
+        "LMCacheConnectorV1",
+        DispatchProfile.PREFILL_FIRST,
+        True,
+        "KV pool backend: decode reads the prefill's KV from the pool",
     ),
 ]
 

@@ -3,7 +3,13 @@
 from dataclasses import dataclass, field
 from typing import Any
 
-from motor.kv.connectors import MULTI_CONNECTOR, DispatchProfile, is_pool_backend, known_transfer_connectors, lookup
+from motor.kv.connectors import (
+    MULTI_CONNECTOR,
+    DispatchProfile,
+    is_pool_backend,
+    known_transfer_connectors,
+    lookup,
+)
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,9 @@ def resolve_profile(
     aggregated_only: bool,
 ) -> ProfileResolution:
     """Resolve the profile; raise ProfileError naming the path and the fix when it cannot be decided."""
-    derived = _derive(engine_type, transfer_config, transfer_config_path, aggregated_only, strict=explicit is None)
+    derived = _derive(
+        engine_type, transfer_config, transfer_config_path, aggregated_only, strict=explicit is None
+    )
     if explicit is None:
         assert derived is not None
         return derived
@@ -71,10 +79,14 @@ def _derive(
     strict: bool,
 ) -> ProfileResolution | None:
     if aggregated_only:
-        return ProfileResolution(DispatchProfile.AGGREGATED, "union instances", "every instance does prefill and decode")
+        return ProfileResolution(
+            DispatchProfile.AGGREGATED, "union instances", "every instance does prefill and decode"
+        )
     if engine_type == "sglang":
         return ProfileResolution(
-            DispatchProfile.CONCURRENT, "engine_type sglang", "SGLang pairs P and D through bootstrap host/port/room"
+            DispatchProfile.CONCURRENT,
+            "engine_type sglang",
+            "SGLang pairs P and D through bootstrap host/port/room",
         )
     if not transfer_config or not transfer_config.get("kv_connector"):
         if strict:

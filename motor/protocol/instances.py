@@ -16,7 +16,9 @@ class Endpoint(Message):
     host: str
     port: int = Field(ge=1, le=65535, description="the engine's OpenAI API port")
     status_port: int | None = Field(default=None, ge=1, le=65535)
-    bootstrap_port: int | None = Field(default=None, ge=1, le=65535, description="KV bootstrap port (concurrent)")
+    bootstrap_port: int | None = Field(
+        default=None, ge=1, le=65535, description="KV bootstrap port (concurrent)"
+    )
 
     @property
     def base_url(self) -> str:

@@ -1,0 +1,31 @@
+"""Controller → node manager messages: `POST /node-manager/stop`, `GET /node-manager/status`.
+
+`/node-manager/stop` requires the same bearer token as the controller's API (401 otherwise).
+"""
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from motor.protocol.controller import EngineState
+from motor.protocol.instances import InstanceRole
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StopRequest(Message):
+    reason: str = ""
+
+
+class StopResult(Message):
+    instance_id: str
+    engine_stopped: bool
+
+
+class NodeManagerStatus(Message):
+    instance_id: str
+    role: InstanceRole
+    engine_state: EngineState
+    engine_pid: int | None = None
+    engine_restarts: int = Field(ge=0)
+    registered: bool = Field(description="the controller acknowledged this node manager's registration")

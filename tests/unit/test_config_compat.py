@@ -1,0 +1,63 @@
+"""pyMotor compatibility: alternate spellings, legacy model_config, known-but-unimplemented keys."""
+
+import pytest
+
+from motor.config import ConfigError, load_documents
+from tests.unit.config_cases import seed
+
+
+def test_nodemanager_spelling_is_accepted():
+    user, env = seed()
+    user["motor_nodemanager_config"] = user.pop("motor_nodemanger_config")
+    user["motor_nodemanager_config"]["basic_config"]["heartbeat_interval_seconds"] = 7
+    topology = load_documents(user, env)
+    assert topology.user.motor_nodemanger_config.basic_config.heartbeat_interval_seconds == 7
+
+
+def test_both_nodemanager_spellings_are_an_error():
+    user, env = seed()
+    user["motor_nodemanager_config"] = {}
+    with pytest.raises(ConfigError) as caught:
+        load_documents(user, env)
+    assert caught.value.issues[0].path == "motor_nodemanager_config"
+
+
+def test_legacy_model_config_merges_with_engine_config_winning():
+    user, env = seed()
+    prefill = user["motor_engine_prefill_config"]
+    prefill["model_config"] = {
+        "model_name": "other-name",
+        "model_path": "/mnt/weight/Qwen3-8B",
+        "parallel_config": {"dp_size": 2},
+    }
+    del prefill["engine_config"]["data_parallel_size"]
+    topology = load_documents(user, env)
+    engine_config = topology.roles["prefill"].engine_config
+    assert engine_config["served_model_name"] == "qwen3-8b"
+    assert engine_config["data_parallel_size"] == 2
+    assert any("deprecated" in w for w in topology.warnings)
+    assert any("served_model_name='other-name' conflicts" in w for w in topology.warnings)
+
+
+def test_unimplemented_pymotor_keys_warn_instead_of_failing():
+    user, env = seed()
+    user["motor_coordinator_config"]["exception_config"]["recompute_enabled"] = True
+    user["motor_controller_config"]["standby_config"] = {"enable_master_standby": False}
+    user["north_config"] = {"name": "x"}
+    env["motor_mf_store_env"] = {}
+    topology = load_documents(user, env)
+    joined = "\n".join(topology.warnings)
+    assert (
+        "motor_coordinator_config.exception_config.recompute_enabled: pyMotor setting not implemented"
+        in joined
+    )
+    assert "motor_controller_config.standby_config" in joined
+    assert "north_config" in joined
+    assert "env.json:motor_mf_store_env" in joined
+
+
+def test_legacy_scheduler_name_maps_to_prefix_affinity():
+    user, env = seed()
+    user["motor_coordinator_config"]["scheduler_config"]["scheduler_type"] = "kv_cache_affinity"
+    topology = load_documents(user, env)
+    assert topology.user.motor_coordinator_config.scheduler_config.scheduler_type == "prefix_affinity"
