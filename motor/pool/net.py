@@ -1,0 +1,27 @@
+"""Small TCP helpers shared by the master supervisor and the store client."""
+
+import socket
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """'127.0.0.1:50088' -> ('127.0.0.1', 50088); raise ValueError naming the expected form otherwise."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"{address!r} is not a host:port address, e.g. '127.0.0.1:50088'")
+    return host.strip("[]"), int(port)
+
+
+def accepts_connections(host: str, port: int, *, timeout_s: float) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def try_bind(host: str, port: int) -> None:
+    """Raise the OSError binding host:port would give (a port held only by TIME_WAIT connections binds)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))

@@ -1,0 +1,436 @@
+"""The client motor uses to put and get KV bytes in the pool: a thin typed layer over Mooncake's store.
+
+Mooncake semantics kept as they are: a put never overwrites an existing key, every read grants the
+object a lease of `default_kv_lease_ttl` during which it can be neither evicted nor removed (unless
+forced), and values must be non-empty and no larger than the client's `local_buffer_size`.
+"""
+
+import ctypes
+import json
+import mmap
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, NoReturn, Self
+
+from mooncake.store import MooncakeDistributedStore
+
+from motor.kv.sizes import parse_size
+from motor.pool.net import accepts_connections, split_host_port
+
+CONFIG_PATH_ENV = "MOONCAKE_CONFIG_PATH"
+
+NO_AVAILABLE_HANDLE = -200
+INVALID_PARAMS = -600
+OBJECT_NOT_FOUND = -704
+OBJECT_HAS_LEASE = -706
+RPC_FAIL = -900
+_CODE_NAMES = {
+    NO_AVAILABLE_HANDLE: "NO_AVAILABLE_HANDLE",
+    INVALID_PARAMS: "INVALID_PARAMS",
+    OBJECT_NOT_FOUND: "OBJECT_NOT_FOUND",
+    OBJECT_HAS_LEASE: "OBJECT_HAS_LEASE",
+    RPC_FAIL: "RPC_FAIL",
+}
+
+Value = bytes | bytearray | memoryview
+
+
+class StoreError(Exception):
+    """A store operation failed; the message says what failed and how to fix it."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class StoreUnavailable(StoreError):
+    """The master is unreachable or the client could not be set up."""
+
+
+class StoreConfigError(StoreError, ValueError):
+    """The store config (dict or `MOONCAKE_CONFIG_PATH` JSON) is incomplete or malformed."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded exponential backoff for puts refused with -200 (NO_AVAILABLE_HANDLE) until eviction frees space."""
+
+    attempts: int = 20
+    first_delay_s: float = 0.005
+    max_delay_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1 or self.first_delay_s < 0 or self.max_delay_s < self.first_delay_s:
+            raise ValueError(f"{self!r}: need attempts >= 1 and 0 <= first_delay_s <= max_delay_s")
+
+
+@dataclass(frozen=True)
+class _Settings:
+    master_server_address: str
+    metadata_server: str
+    protocol: str
+    device_name: str
+    global_segment_size: int
+    local_buffer_size: int
+
+
+_REQUIRED_KEYS = (
+    "master_server_address",
+    "metadata_server",
+    "protocol",
+    "global_segment_size",
+    "local_buffer_size",
+)
+
+
+def _settings(config: Mapping[str, Any], source: str) -> _Settings:
+    missing = [key for key in _REQUIRED_KEYS if key not in config]
+    if missing:
+        raise StoreConfigError(
+            f"{source} lacks {', '.join(missing)}; generate it with motor.kv.pool.engine_store_config()"
+        )
+    try:
+        split_host_port(str(config["master_server_address"]))
+        return _Settings(
+            master_server_address=str(config["master_server_address"]),
+            metadata_server=str(config["metadata_server"]),
+            protocol=str(config["protocol"]),
+            device_name=str(config.get("device_name") or ""),
+            global_segment_size=parse_size(config["global_segment_size"]),
+            local_buffer_size=parse_size(config["local_buffer_size"]),
+        )
+    except ValueError as exc:
+        raise StoreConfigError(f"{source}: {exc}") from exc
+
+
+def load_store_config(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Read and check the store config JSON at `path` (default `$MOONCAKE_CONFIG_PATH`); sizes in bytes."""
+    if path is None:
+        path = os.environ.get(CONFIG_PATH_ENV)
+        if not path:
+            raise StoreConfigError(
+                f"{CONFIG_PATH_ENV} is not set; point it at the store config JSON motor writes for engines"
+            )
+    try:
+        config = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise StoreConfigError(f"cannot read the store config {path}: {exc}") from exc
+    if not isinstance(config, dict):
+        raise StoreConfigError(f"{path} must hold a JSON object, not {type(config).__name__}")
+    settings = _settings(config, str(path))
+    config["global_segment_size"] = settings.global_segment_size
+    config["local_buffer_size"] = settings.local_buffer_size
+    return config
+
+
+class RegisteredBuffer:
+    """Page-aligned memory registered with the store for zero-copy `put_from` / `get_into`.
+
+    Fill it and read it through `view`; it stays valid until `StoreClient.unregister_buffer` or `close`.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._memory = mmap.mmap(-1, size)
+        self._pin = ctypes.c_char.from_buffer(self._memory)
+        self.address = ctypes.addressof(self._pin)
+        self.size = size
+        self.view = memoryview(self._memory)
+        self.registered = False
+
+
+class _ClosedStore:
+    """Takes the native store's place after close(): Mooncake crashes the process when used after close."""
+
+    def __getattr__(self, name: str) -> Callable[..., NoReturn]:
+        def refuse(*_args: object) -> NoReturn:
+            raise StoreError(f"{name}: the store client is closed; connect a new one")
+
+        return refuse
+
+
+class StoreClient:
+    """A connected Mooncake store client; build it with `StoreClient.connect(...)`."""
+
+    def __init__(self, store: MooncakeDistributedStore, settings: _Settings, retry: RetryPolicy) -> None:
+        self._settings = settings
+        self._retry = retry
+        self._closed = False
+        self._buffers: list[RegisteredBuffer] = []
+        self._bind(store)
+
+    def _bind(self, store: "MooncakeDistributedStore | _ClosedStore") -> None:
+        # Bound methods looked up once: the hot paths are a single native call plus one comparison.
+        self._store = store
+        self._put = store.put
+        self._get = store.get
+        self._is_exist = store.is_exist
+        self._remove = store.remove
+        self._put_batch = store.put_batch
+        self._get_batch = store.get_batch
+        self._batch_is_exist = store.batch_is_exist
+        self._put_from = store.put_from
+        self._get_into = store.get_into
+
+    @classmethod
+    def connect(
+        cls,
+        store_config: Mapping[str, Any],
+        *,
+        local_hostname: str = "127.0.0.1",
+        retry: RetryPolicy = RetryPolicy(),
+        connect_timeout_s: float = 2.0,
+    ) -> "StoreClient":
+        """Set up a client against the master the config names, contributing `global_segment_size` bytes.
+
+        Raises StoreUnavailable at once when the master's RPC port does not accept connections
+        (Mooncake itself would retry for about 90 s).
+        """
+        settings = _settings(store_config, "store config")
+        host, port = split_host_port(settings.master_server_address)
+        if not accepts_connections(host, port, timeout_s=connect_timeout_s):
+            raise StoreUnavailable(
+                f"mooncake_master at {settings.master_server_address} does not accept connections (waited "
+                f"{connect_timeout_s:g} s); start it (motor.pool.master.MooncakeMaster) or fix "
+                "master_server_address / kv_cache_pool_config.port"
+            )
+        store = MooncakeDistributedStore()
+        code = store.setup(
+            local_hostname,
+            settings.metadata_server,
+            settings.global_segment_size,
+            settings.local_buffer_size,
+            settings.protocol,
+            settings.device_name,
+            settings.master_server_address,
+        )
+        if code != 0:
+            raise StoreUnavailable(
+                f"setting up the store client against {settings.master_server_address} failed (code {code}); "
+                f"protocol {settings.protocol!r} must be one this Mooncake build supports ('tcp' on CPU, "
+                "'rdma' needs RDMA devices, 'ascend' an Ascend build) and metadata_server must be reachable "
+                "('P2PHANDSHAKE' needs none); Mooncake's own log lines above give the detail",
+                code,
+            )
+        return cls(store, settings, retry)
+
+    @property
+    def master_address(self) -> str:
+        return self._settings.master_server_address
+
+    def put(self, key: str, value: Value) -> None:
+        """Store `value` under `key` (a no-op when the key exists); retries -200 until eviction frees space."""
+        code = self._put(key, value)
+        if code:
+            self._retry_while_full(code, lambda: self._put(key, value), f"put {key!r}", len(value))
+
+    def get(self, key: str) -> bytes | None:
+        """The bytes under `key`, or None when the pool does not hold it. Grants the object a read lease."""
+        value = self._get(key)
+        if value:
+            return value
+        return self._confirm_missing(key)
+
+    def exists(self, key: str) -> bool:
+        code = self._is_exist(key)
+        if code == 1:
+            return True
+        if code == 0:
+            return False
+        raise self._error(code, f"exists {key!r}")
+
+    def remove(self, key: str, *, force: bool = False) -> bool:
+        """True when `key` is gone afterwards (removed now or absent); False while a read lease holds it."""
+        code = self._remove(key, force)
+        if code == 0 or code == OBJECT_NOT_FOUND:
+            return True
+        if code == OBJECT_HAS_LEASE:
+            return False
+        raise self._error(code, f"remove {key!r}")
+
+    def put_batch(self, items: Mapping[str, Value]) -> None:
+        """Store several values in one round trip; existing keys keep their values."""
+        if not items:
+            return
+        keys = list(items)
+        values = list(items.values())
+        code = self._put_batch(keys, values)
+        if code:
+            largest = max(len(value) for value in values)
+            self._retry_while_full(
+                code, lambda: self._put_batch(keys, values), f"put_batch of {len(keys)} keys", largest
+            )
+
+    def get_batch(self, keys: Sequence[str]) -> list[bytes | None]:
+        """Values in the order of `keys`, None for keys the pool does not hold."""
+        if not keys:
+            return []
+        values: list[bytes | None] = self._get_batch(keys)
+        if all(values):
+            return values
+        misses = [index for index, value in enumerate(values) if not value]
+        present = self._exists_codes([keys[index] for index in misses], "get_batch")
+        for index, code in zip(misses, present, strict=True):
+            values[index] = self._confirm_missing(keys[index]) if code == 1 else None
+        return values
+
+    def exists_batch(self, keys: Sequence[str]) -> list[bool]:
+        if not keys:
+            return []
+        return [code == 1 for code in self._exists_codes(keys, "exists_batch")]
+
+    def remove_batch(self, keys: Sequence[str], *, force: bool = False) -> list[bool]:
+        """Per key, as `remove`: True when gone afterwards, False while a read lease protects it."""
+        if not keys:
+            return []
+        results = []
+        for key, code in zip(keys, self._store.batch_remove(list(keys), force), strict=True):
+            if code not in (0, OBJECT_NOT_FOUND, OBJECT_HAS_LEASE):
+                raise self._error(code, f"remove_batch ({key!r})")
+            results.append(code != OBJECT_HAS_LEASE)
+        return results
+
+    def register_buffer(self, size: int) -> RegisteredBuffer:
+        """Allocate `size` bytes and register them for `put_from` / `get_into`."""
+        if size <= 0:
+            raise ValueError(f"buffer size must be positive, got {size}")
+        buffer = RegisteredBuffer(size)
+        code = self._store.register_buffer(buffer.address, size)
+        if code != 0:
+            raise self._error(code, f"register_buffer of {size} bytes")
+        buffer.registered = True
+        self._buffers.append(buffer)
+        return buffer
+
+    def unregister_buffer(self, buffer: RegisteredBuffer) -> None:
+        if buffer.registered:
+            buffer.registered = False
+            self._buffers.remove(buffer)
+            self._store.unregister_buffer(buffer.address)
+
+    def put_from(self, key: str, buffer: RegisteredBuffer, size: int, *, offset: int = 0) -> None:
+        """Store `size` bytes of `buffer` starting at `offset` under `key`, without copying them in Python."""
+        self._check_span(buffer, offset, size)
+        address = buffer.address + offset
+        code = self._put_from(key, address, size)
+        if code:
+            self._retry_while_full(
+                code, lambda: self._put_from(key, address, size), f"put_from {key!r}", size
+            )
+
+    def get_into(self, key: str, buffer: RegisteredBuffer, *, offset: int = 0) -> int | None:
+        """Copy the object under `key` into `buffer` at `offset`; its size in bytes, or None when missing."""
+        capacity = buffer.size - offset
+        self._check_span(buffer, offset, capacity)
+        size = self._get_into(key, buffer.address + offset, capacity)
+        if size > 0:
+            return size
+        if size == OBJECT_NOT_FOUND:
+            return None
+        if size == INVALID_PARAMS:
+            needed = self._store.get_size(key)
+            if needed > capacity:
+                raise StoreError(
+                    f"get_into {key!r}: the object is {needed} bytes but the buffer holds {capacity} from "
+                    f"offset {offset}; register a larger buffer",
+                    size,
+                )
+        raise self._error(size, f"get_into {key!r}")
+
+    def close(self) -> None:
+        """Unmount this client's segment (its objects leave the pool) and release the connection."""
+        if self._closed:
+            return
+        for buffer in list(self._buffers):
+            self.unregister_buffer(buffer)
+        store = self._store
+        self._closed = True
+        self._bind(_ClosedStore())
+        store.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _confirm_missing(self, key: str) -> bytes | None:
+        """An empty read means missing or failed (Mooncake stores no empty values); ask the master which."""
+        code = self._is_exist(key)
+        if code == 0:
+            return None
+        if code != 1:
+            raise self._error(code, f"get {key!r}")
+        value = self._get(key)
+        if value:
+            return value
+        size = self._store.get_size(key)
+        if size > self._settings.local_buffer_size:
+            raise StoreError(
+                f"get {key!r}: the object is {size} bytes, more than this client's local_buffer_size "
+                f"({self._settings.local_buffer_size}); raise kv_cache_pool_config.local_buffer_size"
+            )
+        raise StoreError(
+            f"get {key!r}: the master lists the key but its bytes could not be read (is the client owning "
+            "its segment still alive?); Mooncake's log lines above give the detail"
+        )
+
+    def _exists_codes(self, keys: Sequence[str], what: str) -> list[int]:
+        codes: list[int] = self._batch_is_exist(list(keys))
+        if min(codes) < 0:
+            if not accepts_connections(*split_host_port(self.master_address), timeout_s=1.0):
+                raise self._error(RPC_FAIL, what)
+            raise StoreError(f"{what}: the master could not check {sum(code < 0 for code in codes)} keys", -1)
+        return codes
+
+    def _retry_while_full(self, code: int, attempt: Callable[[], int], what: str, size: int) -> None:
+        delay = self._retry.first_delay_s
+        started = time.monotonic()
+        for _ in range(self._retry.attempts - 1):
+            if code != NO_AVAILABLE_HANDLE:
+                break
+            time.sleep(delay)
+            delay = min(delay * 2, self._retry.max_delay_s)
+            code = attempt()
+            if code == 0:
+                return
+        if code == NO_AVAILABLE_HANDLE:
+            raise StoreError(
+                f"{what}: the pool had no space (NO_AVAILABLE_HANDLE, -200) through {self._retry.attempts} "
+                f"attempts over {time.monotonic() - started:.2f} s; objects read within default_kv_lease_ttl "
+                "cannot be evicted, so raise global_segment_size, lower eviction_high_watermark_ratio or "
+                "write less (a client with global_segment_size 0 needs another client's segment to write into)",
+                code,
+            )
+        if code == INVALID_PARAMS:
+            if size == 0:
+                raise StoreError(f"{what}: Mooncake cannot store empty values", code)
+            if size > self._settings.local_buffer_size:
+                raise StoreError(
+                    f"{what}: a value of {size} bytes exceeds this client's local_buffer_size "
+                    f"({self._settings.local_buffer_size}); raise kv_cache_pool_config.local_buffer_size",
+                    code,
+                )
+        raise self._error(code, what)
+
+    def _error(self, code: int, what: str) -> StoreError:
+        name = _CODE_NAMES.get(code, "see Mooncake's error codes")
+        if code == RPC_FAIL:
+            return StoreUnavailable(
+                f"{what}: mooncake_master at {self.master_address} did not answer ({name}, {code}); check "
+                "that it is running",
+                code,
+            )
+        return StoreError(f"{what} failed with Mooncake code {code} ({name})", code)
+
+    @staticmethod
+    def _check_span(buffer: RegisteredBuffer, offset: int, size: int) -> None:
+        if not buffer.registered:
+            raise ValueError("the buffer is not registered with this client; use StoreClient.register_buffer")
+        if offset < 0 or size <= 0 or offset + size > buffer.size:
+            raise ValueError(f"bytes [{offset}, {offset + size}) lie outside the {buffer.size}-byte buffer")
