@@ -1,0 +1,5 @@
+import sys
+
+from motor.engine.sim.server import main
+
+sys.exit(main())

@@ -1,0 +1,197 @@
+"""Command line of `python -m motor.engine.sim`: dashed flags, shaped like vLLM's where the meaning is the same.
+
+The node manager turns an engine section's `engine_config` into these flags exactly as for vLLM, so unknown
+flags are an error that names the flag (argparse's "unrecognized arguments"), never silently ignored.
+"""
+
+import argparse
+import json
+import os
+from collections.abc import Callable, Sequence
+
+from pydantic import ValidationError
+
+from motor.config.transfer import KvTransferConfig
+from motor.engine.sim.config import SimConfig
+from motor.engine.sim.faults import Faults
+from motor.engine.sim.latency import LatencyModel
+
+STORE_CONFIG_ENV = "MOONCAKE_CONFIG_PATH"
+
+
+def _number(kind: Callable[[str], float], low: float, *, inclusive: bool = True) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
+        if value < low or (value == low and not inclusive):
+            bound = f">= {low}" if inclusive else f"> {low}"
+            raise argparse.ArgumentTypeError(f"{text} must be {bound}")
+        return value
+
+    return parse
+
+
+def _probability(text: str) -> float:
+    value = _number(float, 0.0)(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"{text} must be between 0 and 1")
+    return value
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m motor.engine.sim",
+        description="motor-sim: an engine SIMULATOR (test tool, not inference) with vLLM's OpenAI HTTP surface.",
+        allow_abbrev=False,
+    )
+    server = parser.add_argument_group("server")
+    server.add_argument("--host", default="127.0.0.1")
+    server.add_argument("--port", type=_number(int, 0), default=8000)
+    server.add_argument("--model", default="motor-sim", help="a model name or path; only names the model")
+    server.add_argument(
+        "--served-model-name",
+        nargs="+",
+        action="extend",
+        default=None,
+        help="names the API answers to (default: --model); the first one namespaces the pool keys",
+    )
+    server.add_argument("--max-model-len", type=_number(int, 2), default=8192)
+    server.add_argument("--seed", type=int, default=0, help="sampling seed for requests without one")
+    server.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+
+    kv = parser.add_argument_group("KV cache and transfer")
+    kv.add_argument(
+        "--kv-transfer-config",
+        type=_json_object,
+        default=None,
+        help='vLLM\'s shape, e.g. {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_producer", '
+        '"engine_id": "prefill-0"}; the simulator reads kv_role and engine_id',
+    )
+    kv.add_argument("--engine-id", default=None, help="overrides kv_transfer_config.engine_id")
+    kv.add_argument("--block-size", type=_number(int, 1), default=16, help="tokens per KV block")
+    kv.add_argument("--kv-bytes-per-token", type=_number(int, 1), default=1024)
+    kv.add_argument(
+        "--num-gpu-blocks-override",
+        dest="num_kv_blocks",
+        type=_number(int, 0),
+        default=4096,
+        help="KV blocks the engine holds: local prefix cache size and the base of kv_cache_usage_perc",
+    )
+    kv.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    kv.add_argument(
+        "--kv-wait-timeout-s",
+        type=_number(float, 0.0, inclusive=False),
+        default=30.0,
+        help="how long a decode waits for a prefill's KV (callback answer or transfer manifest)",
+    )
+    kv.add_argument(
+        "--store-config",
+        default=None,
+        help=f"Mooncake store config JSON (default: ${STORE_CONFIG_ENV}); without one there is no pool",
+    )
+
+    latency = parser.add_argument_group("latency model (see motor/engine/sim/latency.py)")
+    latency.add_argument("--overhead-ms", type=_number(float, 0.0), default=0.0, help="fixed per request")
+    latency.add_argument(
+        "--prefill-ms-per-token", type=_number(float, 0.0), default=0.0, help="per uncached prompt token"
+    )
+    latency.add_argument(
+        "--itl-ms", type=_number(float, 0.0), default=0.0, help="inter-token latency at batch 1"
+    )
+    latency.add_argument(
+        "--itl-batch-factor",
+        type=_number(float, 0.0),
+        default=0.0,
+        help="ITL = itl_ms × (1 + factor × (running − 1))",
+    )
+    latency.add_argument(
+        "--max-batch",
+        "--max-num-seqs",
+        dest="max_batch",
+        type=_number(int, 1),
+        default=256,
+        help="sequences running at once; the rest wait",
+    )
+
+    faults = parser.add_argument_group("faults (also settable at runtime: POST /admin/faults)")
+    faults.add_argument("--fault-crash-after", type=_number(int, 1), default=None, metavar="N")
+    faults.add_argument("--fault-hang", action=argparse.BooleanOptionalAction, default=False)
+    faults.add_argument(
+        "--fault-slowdown", type=_number(float, 0.0, inclusive=False), default=1.0, metavar="K"
+    )
+    faults.add_argument("--fault-error-rate", type=_probability, default=0.0, metavar="P")
+    faults.add_argument("--fault-kv-put-fail", action=argparse.BooleanOptionalAction, default=False)
+    faults.add_argument("--fault-kv-get-fail", action=argparse.BooleanOptionalAction, default=False)
+    faults.add_argument("--fault-kv-corrupt", action=argparse.BooleanOptionalAction, default=False)
+    faults.add_argument("--fault-health-down", action=argparse.BooleanOptionalAction, default=False)
+    return parser
+
+
+def parse_config(argv: Sequence[str] | None = None, *, environ: dict[str, str] | None = None) -> SimConfig:
+    """Parse the command line; exits with status 2 and a message naming the flag on any error."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    env = os.environ if environ is None else environ
+
+    transfer = KvTransferConfig()
+    if args.kv_transfer_config is not None:
+        try:
+            transfer = KvTransferConfig.model_validate(args.kv_transfer_config)
+        except ValidationError as exc:
+            parser.error(f"argument --kv-transfer-config: {_first_error(exc)}")
+    engine_id = args.engine_id or transfer.engine_id or f"sim-{args.host}-{args.port}"
+    served = tuple(args.served_model_name or [args.model])
+
+    return SimConfig(
+        host=args.host,
+        port=args.port,
+        model=args.model,
+        served_model_names=served,
+        kv_role=transfer.kv_role or "kv_both",
+        kv_connector=transfer.kv_connector,
+        engine_id=engine_id,
+        block_size=args.block_size,
+        max_model_len=args.max_model_len,
+        seed=args.seed,
+        latency=LatencyModel(
+            overhead_ms=args.overhead_ms,
+            prefill_ms_per_token=args.prefill_ms_per_token,
+            itl_ms=args.itl_ms,
+            itl_batch_factor=args.itl_batch_factor,
+        ),
+        max_batch=args.max_batch,
+        kv_bytes_per_token=args.kv_bytes_per_token,
+        kv_wait_timeout_s=args.kv_wait_timeout_s,
+        num_kv_blocks=args.num_kv_blocks,
+        enable_prefix_caching=args.enable_prefix_caching,
+        store_config_path=args.store_config or env.get(STORE_CONFIG_ENV) or None,
+        faults=Faults(
+            crash_after=args.fault_crash_after,
+            hang=args.fault_hang,
+            slowdown=args.fault_slowdown,
+            error_rate=args.fault_error_rate,
+            kv_put_fail=args.fault_kv_put_fail,
+            kv_get_fail=args.fault_kv_get_fail,
+            kv_corrupt=args.fault_kv_corrupt,
+            health_down=args.fault_health_down,
+        ),
+        log_level=args.log_level,
+    )
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    location = ".".join(str(part) for part in error["loc"])
+    return f"{location}: {error['msg']}" if location else error["msg"]

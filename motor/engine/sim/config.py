@@ -1,0 +1,45 @@
+"""The simulator's settings, as parsed from its command line."""
+
+from dataclasses import dataclass, field
+
+from motor.config.transfer import KvRole
+from motor.engine.sim.faults import Faults
+from motor.engine.sim.latency import LatencyModel
+
+OWNED_BY = "motor-sim (simulator, not inference)"
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model: str = "motor-sim"
+    served_model_names: tuple[str, ...] = ("motor-sim",)
+    kv_role: KvRole = "kv_both"
+    kv_connector: str | None = None
+    engine_id: str = "sim-127.0.0.1-8000"
+    block_size: int = 16
+    max_model_len: int = 8192
+    seed: int = 0
+    latency: LatencyModel = field(default_factory=LatencyModel)
+    max_batch: int = 256
+    kv_bytes_per_token: int = 1024
+    kv_wait_timeout_s: float = 30.0
+    num_kv_blocks: int = 4096
+    enable_prefix_caching: bool = True
+    store_config_path: str | None = None
+    faults: Faults = field(default_factory=Faults)
+    log_level: str = "info"
+
+    @property
+    def model_name(self) -> str:
+        """The first served name: responses carry it, and it namespaces the engine's pool keys."""
+        return self.served_model_names[0]
+
+    @property
+    def writes_pool(self) -> bool:
+        return self.kv_role != "kv_consumer"
+
+    @property
+    def block_bytes(self) -> int:
+        return self.block_size * self.kv_bytes_per_token

@@ -1,0 +1,269 @@
+"""The simulated engine: obtains a prompt's KV (local cache, pool, remote prefill), computes the rest, runs the
+sequence in a continuous batch and derives its output tokens from the KV it holds.
+"""
+
+import asyncio
+import logging
+import math
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from motor.engine.sim.config import SimConfig
+from motor.engine.sim.errors import SimError
+from motor.engine.sim.faults import FaultInjector
+from motor.engine.sim.kv_blocks import (
+    block_hashes,
+    block_key,
+    chain_hash,
+    compute_kv,
+    context_digest,
+    kv_digest,
+    root_hash,
+    transfer_key,
+)
+from motor.engine.sim.kv_pool import KvPool
+from motor.engine.sim.metrics import EngineMetrics
+from motor.engine.sim.prefix_cache import HeldBlock, PrefixCache
+from motor.engine.sim.sampling import output_token
+from motor.engine.sim.tokenizer import EOS_ID
+from motor.engine.sim.transfer import (
+    RemoteKvLocator,
+    TransferRequest,
+    prefill_result_params,
+    transfer_manifest,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    request_id: str
+    prompt_token_ids: list[int]
+    max_tokens: int
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    seed: int = 0
+    transfer: TransferRequest | None = None
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One request inside the engine; the response is built from it."""
+
+    request: GenerationRequest
+    cached_tokens: int = 0
+    output_token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    kv_transfer_params: dict[str, Any] | None = None
+
+
+@dataclass
+class _PromptKv:
+    """The shareable blocks a sequence holds without computing them, and where they came from."""
+
+    blocks: list[HeldBlock]
+    local_hits: int = 0
+    in_pool: list[bool] | None = None  # per shareable block, when the pool was asked
+
+
+class SimEngine:
+    def __init__(
+        self, config: SimConfig, *, pool: KvPool | None, faults: FaultInjector, metrics: EngineMetrics
+    ) -> None:
+        self._config = config
+        self._pool = pool
+        self._faults = faults
+        self._metrics = metrics
+        self._locator = RemoteKvLocator(config, pool)
+        self._prefix_cache = PrefixCache(config.num_kv_blocks if config.enable_prefix_caching else 0)
+        self._root = root_hash(config.model_name, config.block_size, config.kv_bytes_per_token)
+        self._slots = asyncio.Semaphore(config.max_batch)
+        self._running: set[Sequence] = set()
+        self._waiting = 0
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        return self._waiting
+
+    def kv_cache_usage(self) -> float:
+        if self._config.num_kv_blocks <= 0:
+            return 0.0
+        block_size = self._config.block_size
+        used = sum(
+            math.ceil((len(seq.request.prompt_token_ids) + len(seq.output_token_ids)) / block_size)
+            for seq in self._running
+        )
+        return min(used / self._config.num_kv_blocks, 1.0)
+
+    async def close(self) -> None:
+        await self._locator.close()
+
+    async def generate(self, seq: Sequence) -> AsyncIterator[tuple[int, str | None]]:
+        """Yield (token id, finish reason or None) per output token. Close the generator to abort."""
+        if self._faults.draw_error():
+            self._metrics.injected_errors += 1
+            self._metrics.finished["error"] += 1
+            raise SimError(500, "injected fault: error_rate (the simulator failed this request on purpose)")
+        await self._faults.hold_while_hanging()
+        self._waiting += 1
+        try:
+            hashes = block_hashes(seq.request.prompt_token_ids, self._config.block_size, self._root)
+            prompt_kv = await self._obtain_prompt_kv(seq, hashes)
+            await self._slots.acquire()
+        except BaseException as exc:
+            self._record_unfinished(seq, exc)
+            raise
+        finally:
+            self._waiting -= 1
+        self._running.add(seq)
+        try:
+            context = await self._prefill(seq, hashes, prompt_kv)
+            async for step in self._decode(seq, context):
+                yield step
+        except BaseException as exc:
+            self._record_unfinished(seq, exc)
+            raise
+        finally:
+            self._running.discard(seq)
+            self._slots.release()
+
+    def _record_unfinished(self, seq: Sequence, exc: BaseException) -> None:
+        """Count a sequence that ends early: an error, or an abort (client gone, generator closed)."""
+        if seq.finish_reason is None:
+            seq.finish_reason = "error" if isinstance(exc, Exception) else "abort"
+            self._metrics.finished[seq.finish_reason] += 1
+
+    async def _obtain_prompt_kv(self, seq: Sequence, hashes: list[bytes]) -> _PromptKv:
+        local = self._prefix_cache.longest_prefix(hashes)
+        prompt_kv = _PromptKv(blocks=list(local), local_hits=len(local))
+        transfer = seq.request.transfer
+        remote_keys = None
+        if transfer is not None and transfer.remote_prefill:
+            remote_keys = await self._locator.block_keys(seq.request.request_id, transfer)
+        if self._pool is None:
+            if remote_keys:
+                log.warning(
+                    "request %s: no KV pool configured, recomputing the prompt", seq.request.request_id
+                )
+            return prompt_kv
+        if remote_keys is not None:
+            keys = remote_keys[len(local) : len(hashes)]
+        else:
+            keys = [block_key(self._config.model_name, block_hash) for block_hash in hashes]
+            prompt_kv.in_pool = await self._pool.present(keys)
+            first_missing = next((i for i, present in enumerate(prompt_kv.in_pool) if not present), len(keys))
+            keys = keys[len(local) : max(first_missing, len(local))]
+        for kv in await self._pool.fetch(keys):
+            if kv is None or len(kv) != self._config.block_bytes:
+                break
+            prompt_kv.blocks.append(HeldBlock(kv, kv_digest(kv)))
+        return prompt_kv
+
+    async def _prefill(self, seq: Sequence, hashes: list[bytes], prompt_kv: _PromptKv) -> bytes:
+        """Compute what the sequence lacks, pay the prefill time, share the blocks; returns the KV fingerprint."""
+        config = self._config
+        prompt = seq.request.prompt_token_ids
+        self._count_prompt(seq, prompt_kv)
+        blocks = prompt_kv.blocks
+        for block_hash in hashes[len(blocks) :]:
+            kv = compute_kv(block_hash, config.block_bytes)
+            blocks.append(HeldBlock(kv, kv_digest(kv)))
+        shared_tokens = len(hashes) * config.block_size
+        tail = prompt[shared_tokens:]
+        tail_kv = compute_kv(
+            chain_hash(hashes[-1] if hashes else self._root, tail), len(tail) * config.kv_bytes_per_token
+        )
+        context = context_digest([block.digest for block in blocks] + [kv_digest(tail_kv)])
+
+        await self._sleep(config.latency.prefill_seconds(len(prompt) - seq.cached_tokens, self._slowdown()))
+        for block_hash, block in zip(hashes, blocks, strict=True):
+            self._prefix_cache.insert(block_hash, block)
+        await self._share_kv(seq, hashes, prompt_kv)
+        return context
+
+    def _count_prompt(self, seq: Sequence, prompt_kv: _PromptKv) -> None:
+        block_size = self._config.block_size
+        num_prompt = len(seq.request.prompt_token_ids)
+        local_tokens = prompt_kv.local_hits * block_size
+        external_tokens = (len(prompt_kv.blocks) - prompt_kv.local_hits) * block_size
+        seq.cached_tokens = local_tokens + external_tokens
+        metrics = self._metrics
+        metrics.prompt_tokens += num_prompt
+        metrics.prompt_tokens_by_source["local_cache_hit"] += local_tokens
+        metrics.prompt_tokens_by_source["external_kv_transfer"] += external_tokens
+        metrics.prompt_tokens_by_source["local_compute"] += num_prompt - seq.cached_tokens
+        if self._config.enable_prefix_caching:
+            metrics.prefix_cache_queries += num_prompt
+            metrics.prefix_cache_hits += local_tokens
+        if self._pool is not None:
+            metrics.external_prefix_cache_queries += num_prompt - local_tokens
+            metrics.external_prefix_cache_hits += external_tokens
+
+    async def _share_kv(self, seq: Sequence, hashes: list[bytes], prompt_kv: _PromptKv) -> None:
+        """Write new blocks to the pool (kv_producer/kv_both) and answer a prefill leg with where they are."""
+        config = self._config
+        transfer = seq.request.transfer
+        keys = [block_key(config.model_name, block_hash) for block_hash in hashes]
+        in_pool = list(prompt_kv.in_pool) if prompt_kv.in_pool is not None else [False] * len(keys)
+        kv_error = None
+        if self._pool is None:
+            kv_error = "no KV pool configured on the prefill engine"
+        elif not config.writes_pool:
+            kv_error = f"engine {config.engine_id} is a kv_consumer and does not write the pool"
+        elif prompt_kv.in_pool is not None:
+            missing = {keys[i]: prompt_kv.blocks[i].kv for i, present in enumerate(in_pool) if not present}
+            kv_error = await self._pool.write(missing)
+            if kv_error is None:
+                in_pool = [True] * len(keys)
+        if transfer is None or not transfer.remote_decode:
+            return
+        shared = keys[: next((i for i, present in enumerate(in_pool) if not present), len(keys))]
+        if kv_error is not None:
+            log.warning(
+                "request %s: prefill hands over %d of %d blocks: %s",
+                seq.request.request_id,
+                len(shared),
+                len(keys),
+                kv_error,
+            )
+        seq.kv_transfer_params = prefill_result_params(
+            config, block_keys=shared, transfer_id=transfer.transfer_id, kv_error=kv_error
+        )
+        if transfer.transfer_id is not None and self._pool is not None and config.writes_pool:
+            manifest = transfer_manifest(config, block_keys=shared, kv_error=kv_error)
+            await self._pool.write_manifest(transfer_key(config.model_name, transfer.transfer_id), manifest)
+
+    async def _decode(self, seq: Sequence, context: bytes) -> AsyncIterator[tuple[int, str | None]]:
+        request = seq.request
+        latency = self._config.latency
+        for position in range(request.max_tokens):
+            if position:
+                await self._sleep(latency.inter_token_seconds(len(self._running), self._slowdown()))
+            token = output_token(context, request.seed, position, allow_eos=position >= request.min_tokens)
+            seq.output_token_ids.append(token)
+            self._metrics.generation_tokens += 1
+            finish = None
+            if token == EOS_ID and not request.ignore_eos:
+                finish = "stop"
+            elif position + 1 == request.max_tokens:
+                finish = "length"
+            if finish is not None:
+                seq.finish_reason = finish
+                self._metrics.finished[finish] += 1
+            yield token, finish
+            if finish is not None:
+                return
+
+    def _slowdown(self) -> float:
+        return self._faults.faults.slowdown
+
+    @staticmethod
+    async def _sleep(seconds: float) -> None:
+        if seconds > 0:
+            await asyncio.sleep(seconds)
