@@ -1,0 +1,134 @@
+"""The controller's HTTP API (aiohttp): register, heartbeat, terminate, instance listing and probes."""
+
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from motor.controller.service import Controller, UnknownInstance
+from motor.protocol.controller import (
+    UNKNOWN_INSTANCE,
+    ErrorBody,
+    ErrorDetail,
+    Heartbeat,
+    Registration,
+    TerminateRequest,
+)
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_KEY = web.AppKey("controller", Controller)
+HEALTH_KEY = web.AppKey("health", Callable[[], bool])
+
+M = TypeVar("M", bound=BaseModel)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_response(
+    status: int, message: str, kind: str, code: str | None = None, param: str | None = None
+) -> web.Response:
+    body = ErrorBody(error=ErrorDetail(message=message, type=kind, param=param, code=code))
+    return web.json_response(body.model_dump(mode="json"), status=status)
+
+
+def json_model(model: BaseModel, status: int = 200) -> web.Response:
+    return web.json_response(model.model_dump(mode="json"), status=status)
+
+
+def authorized(request: web.Request, token: str) -> bool:
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    return scheme == "Bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+@web.middleware
+async def require_token(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.path.startswith("/controller/") and not authorized(
+        request, request.app[CONTROLLER_KEY].settings.token
+    ):
+        return error_response(
+            401,
+            "missing or wrong bearer token: send `Authorization: Bearer <token>` with the token the controller was "
+            "started with (MOTOR_CONTROLLER_TOKEN)",
+            "authentication_error",
+            "invalid_token",
+        )
+    return await handler(request)
+
+
+async def parse(request: web.Request, model: type[M]) -> M:
+    try:
+        return model.model_validate_json(await request.read())
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or None
+        raise web.HTTPBadRequest(
+            text=ErrorBody(
+                error=ErrorDetail(
+                    message=f"invalid {model.__name__}: {where or 'body'}: {first['msg']}",
+                    type="invalid_request_error",
+                    param=where,
+                )
+            ).model_dump_json(),
+            content_type="application/json",
+        ) from exc
+
+
+def unknown(instance_id: str) -> web.Response:
+    return error_response(
+        404,
+        f"instance {instance_id!r} is not registered with this controller; register it again",
+        "not_found_error",
+        UNKNOWN_INSTANCE,
+        "instance_id",
+    )
+
+
+async def register(request: web.Request) -> web.Response:
+    registration = await parse(request, Registration)
+    return json_model(request.app[CONTROLLER_KEY].register(registration))
+
+
+async def heartbeat(request: web.Request) -> web.Response:
+    beat = await parse(request, Heartbeat)
+    try:
+        return json_model(request.app[CONTROLLER_KEY].heartbeat(beat))
+    except UnknownInstance:
+        return unknown(beat.instance_id)
+
+
+async def terminate_instance(request: web.Request) -> web.Response:
+    terminate = await parse(request, TerminateRequest)
+    try:
+        return json_model(await request.app[CONTROLLER_KEY].terminate(terminate))
+    except UnknownInstance:
+        return unknown(terminate.instance_id)
+
+
+async def instances(request: web.Request) -> web.Response:
+    return json_model(request.app[CONTROLLER_KEY].state())
+
+
+def probe(name: str) -> Handler:
+    async def handler(request: web.Request) -> web.Response:
+        healthy = request.app[HEALTH_KEY]()
+        return web.json_response(
+            {"status": "ok" if healthy else "unavailable", "probe": name}, status=200 if healthy else 503
+        )
+
+    return handler
+
+
+def build_app(controller: Controller, healthy: Callable[[], bool]) -> web.Application:
+    app = web.Application(middlewares=[require_token])
+    app[CONTROLLER_KEY] = controller
+    app[HEALTH_KEY] = healthy
+    app.router.add_post("/controller/register", register)
+    app.router.add_post("/controller/heartbeat", heartbeat)
+    app.router.add_post("/controller/terminate_instance", terminate_instance)
+    app.router.add_get("/controller/instances", instances)
+    for name in ("startup", "readiness", "liveness"):
+        app.router.add_get(f"/{name}", probe(name))
+    return app

@@ -1,0 +1,86 @@
+"""`python -m motor.node_manager --user-config U --env-config E --role R --index I`."""
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from motor.config import ConfigError, load_config
+from motor.node_manager.app import build_app
+from motor.node_manager.controller_client import Unauthorized
+from motor.node_manager.service import NodeManager
+from motor.node_manager.settings import NodeSettings, SettingsError, node_settings
+
+log = logging.getLogger("motor.node_manager")
+
+
+async def serve(settings: NodeSettings) -> int:
+    finished = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, finished.set)
+    async with aiohttp.ClientSession() as session:
+        node_manager = NodeManager(settings, session)
+        shut_down = False
+
+        async def terminate(reason: str) -> None:
+            nonlocal shut_down
+            shut_down = True
+            await node_manager.shutdown(reason)
+            finished.set()
+
+        runner = web.AppRunner(
+            build_app(node_manager, terminate, alive=lambda: not any(t.done() for t in tasks)),
+            access_log=None,
+        )
+        await runner.setup()
+        await web.TCPSite(runner, settings.host, settings.port).start()
+        tasks = node_manager.start()
+        log.info("node manager %s listening on %s", settings.instance_id, settings.url)
+        waiter = asyncio.create_task(finished.wait())
+        done, _ = await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
+        code = 0
+        for task in done:
+            if task is not waiter and task.exception() is not None:
+                exc = task.exception()
+                log.error("%s", exc, exc_info=not isinstance(exc, Unauthorized))
+                code = 2 if isinstance(exc, Unauthorized) else 1
+        if not shut_down:
+            await node_manager.shutdown("signal" if waiter in done else "internal error")
+        waiter.cancel()
+        await runner.cleanup()
+    log.info("node manager %s stopped", settings.instance_id)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m motor.node_manager", description=__doc__)
+    parser.add_argument("--user-config", required=True, type=Path)
+    parser.add_argument("--env-config", required=True, type=Path)
+    parser.add_argument("--role", required=True, choices=["prefill", "decode", "union"])
+    parser.add_argument("--index", required=True, type=int)
+    args = parser.parse_args(argv)
+    try:
+        settings = node_settings(load_config(args.user_config, args.env_config), args.role, args.index)
+    except (ConfigError, SettingsError) as exc:
+        print(f"motor node manager: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level,
+        format=f"%(asctime)s %(levelname)s {settings.instance_id} %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return asyncio.run(serve(settings))
+    except OSError as exc:
+        log.error("cannot serve on %s:%d: %s", settings.host, settings.port, exc)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
