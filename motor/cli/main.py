@@ -6,6 +6,8 @@ import sys
 
 SUBCOMMAND_MODULES = [
     "motor.cli.validate",
+    "motor.cli.patch",
+    "motor.cli.model",
 ]
 
 

@@ -76,7 +76,7 @@ def engine_launch(
     files: dict[str, str] = {}
     if store_config is not None:
         path = Path(run_dir) / f"{instance_id}.mooncake.json"
-        files[str(path)] = json.dumps({"local_hostname": host, **store_config}, indent=2) + "\n"
+        files[str(path)] = json.dumps(store_config, indent=2) + "\n"
         env[STORE_CONFIG_ENV] = str(path)
     if spec.engine_type == "vllm":
         # Keeps the connectors' transfer engines and side channels on the advertised address.

@@ -150,7 +150,7 @@ def test_store_config_file_and_env(tmp_path: Path) -> None:
     path = launch.env[STORE_CONFIG_ENV]
     assert Path(path).parent == tmp_path
     written = json.loads(launch.files[path])
-    assert written == {"local_hostname": "127.0.0.1", **store}
+    assert written == store
 
 
 def test_served_model_name_falls_back_to_model() -> None:

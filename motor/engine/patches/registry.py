@@ -1,0 +1,37 @@
+"""The known fixes: each with a predicate over `Facts` that says whether it applies here and why."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+
+from motor.engine.patches.facts import Facts
+
+
+@dataclass(frozen=True)
+class Decision:
+    applies: bool
+    why: str
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    summary: str
+    decide: Callable[[Facts], Decision]
+    # Applied when the first of these modules finishes importing; () means at interpreter start-up.
+    targets: tuple[str, ...]
+    apply: Callable[[ModuleType | None, Facts], None]
+
+
+class PatchTargetError(RuntimeError):
+    """The target module does not have the shape the patch expects (a vLLM version it was not written for)."""
+
+
+def known_patches() -> list[Patch]:
+    from motor.engine.patches import cpu, multi_connector
+
+    return [multi_connector.PATCH, cpu.BROKEN_TORCH_EXTENSIONS, cpu.MOONCAKE_DEVICE_INDEX]
+
+
+def decide_all(facts: Facts) -> list[tuple[Patch, Decision]]:
+    return [(patch, patch.decide(facts)) for patch in known_patches()]
