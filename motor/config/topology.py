@@ -101,6 +101,11 @@ def build_topology(user: UserConfig, env: EnvConfig, raw_pool_present: bool, war
                 )
             )
 
+    if user.kv_conductor_config is not None and user.kv_conductor_config.http_server_port:
+        warnings.append(
+            "kv_conductor_config: motor deploys no KV conductor; prefix-aware routing is the coordinator's "
+            "scheduler_type prefix_affinity"
+        )
     profile = _resolve(user, sections, transfer, aggregated, issues, warnings)
     pool = _pool(user, sections, transfer, raw_pool_present, issues)
     engine_env = _engine_env(env, sections, pool, issues)

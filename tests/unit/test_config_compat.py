@@ -61,3 +61,17 @@ def test_legacy_scheduler_name_maps_to_prefix_affinity():
     user["motor_coordinator_config"]["scheduler_config"]["scheduler_type"] = "kv_cache_affinity"
     topology = load_documents(user, env)
     assert topology.user.motor_coordinator_config.scheduler_config.scheduler_type == "prefix_affinity"
+
+
+def test_kv_conductor_config_is_validated_and_reported_as_not_deployed():
+    user, env = seed()
+    user["kv_conductor_config"] = {
+        "kvevent_instance": {"mooncake_master": {"type": "Mooncake"}},
+        "http_server_port": 13333,
+    }
+    topology = load_documents(user, env)
+    assert any(w.startswith("kv_conductor_config: motor deploys no KV conductor") for w in topology.warnings)
+    user["kv_conductor_config"] = {"http_server_port": "lots"}
+    with pytest.raises(ConfigError) as caught:
+        load_documents(user, env)
+    assert caught.value.issues[0].path == "kv_conductor_config.http_server_port"
