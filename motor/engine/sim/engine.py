@@ -110,9 +110,9 @@ class SimEngine:
             self._metrics.injected_errors += 1
             self._metrics.finished["error"] += 1
             raise SimError(500, "injected fault: error_rate (the simulator failed this request on purpose)")
-        await self._faults.hold_while_hanging()
         self._waiting += 1
         try:
+            await self._faults.hold_while_hanging()
             hashes = block_hashes(seq.request.prompt_token_ids, self._config.block_size, self._root)
             prompt_kv = await self._obtain_prompt_kv(seq, hashes)
             await self._slots.acquire()

@@ -49,6 +49,8 @@ def transfer_key(model: str, transfer_id: str) -> str:
 
 def compute_kv(block_hash: bytes, num_bytes: int) -> bytes:
     """The KV bytes a block "computes" to: a pattern expanded from its hash, so they depend on the whole prefix."""
+    if num_bytes <= 0:
+        return b""
     pattern = hashlib.shake_128(block_hash).digest(min(num_bytes, _PATTERN_BYTES))
     repeats, remainder = divmod(num_bytes, len(pattern))
     return pattern * repeats + pattern[:remainder]
