@@ -6,6 +6,7 @@ import sys
 
 SUBCOMMAND_MODULES = [
     "motor.cli.validate",
+    "motor.cli.deploy",
     "motor.cli.patch",
     "motor.cli.model",
 ]

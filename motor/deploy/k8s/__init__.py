@@ -1,0 +1,1 @@
+"""Kubernetes backend: manifests from a Plan, apply/scale/update/delete through the official client."""
