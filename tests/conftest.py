@@ -1,1 +1,6 @@
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = [
+    "tests.fixtures.control",
+    "tests.fixtures.etcd",
+    "tests.fixtures.pool",
+    "tests.fixtures.sim",
+]

@@ -1,0 +1,194 @@
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from motor.pool.store import (
+    CONFIG_PATH_ENV,
+    NO_AVAILABLE_HANDLE,
+    RetryPolicy,
+    StoreClient,
+    StoreError,
+    StoreUnavailable,
+    load_store_config,
+)
+from tests.fixtures.pool import TEST_LOCAL_BUFFER_SIZE, RunningPool, free_ports
+
+SIZES = {"1KiB": 1 << 10, "64KiB": 64 << 10, "1MiB": 1 << 20}
+
+
+def payload(size: int, seed: int) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+def test_round_trip_is_byte_exact(pool_client: StoreClient, size: int) -> None:
+    value = payload(size, seed=size)
+
+    pool_client.put(f"one-{size}", value)
+
+    assert pool_client.get(f"one-{size}") == value
+    assert pool_client.exists(f"one-{size}")
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+def test_batch_round_trip_is_byte_exact(pool_client: StoreClient, size: int) -> None:
+    items = {f"batch-{size}-{index}": payload(size, seed=index) for index in range(4)}
+
+    pool_client.put_batch(items)
+
+    assert pool_client.get_batch(list(items)) == list(items.values())
+    assert pool_client.exists_batch(list(items)) == [True] * 4
+
+
+def test_missing_keys_read_as_none(pool_client: StoreClient) -> None:
+    pool_client.put_batch({"here-1": b"one", "here-2": b"two"})
+
+    assert pool_client.get("absent") is None
+    assert not pool_client.exists("absent")
+    assert pool_client.get_batch(["here-1", "absent", "here-2", "also-absent"]) == [
+        b"one",
+        None,
+        b"two",
+        None,
+    ]
+    assert pool_client.exists_batch(["absent", "here-2"]) == [False, True]
+
+
+def test_empty_batches_make_no_call(pool_client: StoreClient) -> None:
+    pool_client.put_batch({})
+
+    assert pool_client.get_batch([]) == []
+    assert pool_client.exists_batch([]) == []
+    assert pool_client.remove_batch([]) == []
+
+
+def test_put_keeps_the_first_value(pool_client: StoreClient) -> None:
+    pool_client.put("first-wins", b"first")
+    pool_client.put("first-wins", b"second, longer")
+    pool_client.put_batch({"first-wins": b"third"})
+
+    assert pool_client.get("first-wins") == b"first"
+
+
+def test_remove_of_an_unread_object(pool_client: StoreClient) -> None:
+    pool_client.put("unread", b"bytes")
+
+    assert pool_client.remove("unread")
+    assert pool_client.get("unread") is None
+    assert pool_client.remove("unread"), "removing an absent key leaves it absent"
+
+
+def test_client_accepts_bytearray_and_memoryview(pool_client: StoreClient) -> None:
+    pool_client.put("from-bytearray", bytearray(b"abc"))
+    pool_client.put("from-memoryview", memoryview(b"xyzw")[1:3])
+
+    assert pool_client.get_batch(["from-bytearray", "from-memoryview"]) == [b"abc", b"yz"]
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+def test_zero_copy_round_trip(pool_client: StoreClient, size: int) -> None:
+    value = payload(size, seed=7)
+    buffer = pool_client.register_buffer(4 << 20)
+    buffer.view[size : 2 * size] = value
+
+    pool_client.put_from(f"zero-copy-{size}", buffer, size, offset=size)
+    buffer.view[: 4 << 20] = bytes(4 << 20)
+
+    assert pool_client.get_into(f"zero-copy-{size}", buffer, offset=3 * size) == size
+    assert buffer.view[3 * size : 4 * size] == value
+    assert pool_client.get(f"zero-copy-{size}") == value
+
+
+def test_zero_copy_reports_missing_keys_and_small_buffers(pool_client: StoreClient) -> None:
+    buffer = pool_client.register_buffer(64 << 10)
+    pool_client.put("too-big-for-the-buffer", payload(128 << 10, seed=1))
+
+    assert pool_client.get_into("absent", buffer) is None
+    with pytest.raises(StoreError, match="131072 bytes but the buffer holds 65536 from offset 0"):
+        pool_client.get_into("too-big-for-the-buffer", buffer)
+    with pytest.raises(ValueError, match=r"bytes \[65000, 66000\) lie outside the 65536-byte buffer"):
+        pool_client.put_from("k", buffer, 1000, offset=65000)
+
+
+def test_unregistered_buffer_is_refused(pool_client: StoreClient) -> None:
+    buffer = pool_client.register_buffer(4096)
+    pool_client.unregister_buffer(buffer)
+
+    with pytest.raises(ValueError, match="not registered"):
+        pool_client.put_from("k", buffer, 10)
+
+
+def test_values_mooncake_cannot_hold_are_explained(pool_client: StoreClient) -> None:
+    with pytest.raises(StoreError, match="cannot store empty values"):
+        pool_client.put("empty", b"")
+    with pytest.raises(StoreError, match="exceeds this client's local_buffer_size"):
+        pool_client.put("oversized", bytes(TEST_LOCAL_BUFFER_SIZE + 1))
+
+
+def test_closed_client_refuses_calls_instead_of_crashing(shared_mooncake_master: RunningPool) -> None:
+    client = StoreClient.connect(shared_mooncake_master.store_config)
+    buffer = client.register_buffer(4096)
+    client.close()
+    client.close()
+
+    for call in (lambda: client.put("k", b"v"), lambda: client.get("k"), lambda: client.get_batch(["k"])):
+        with pytest.raises(StoreError, match="the store client is closed"):
+            call()
+    assert not buffer.registered
+
+
+def test_getter_without_segment_reads_the_owners_objects(shared_mooncake_master: RunningPool) -> None:
+    reader_config = shared_mooncake_master.store_config | {"global_segment_size": 0}
+    value = payload(1 << 20, seed=3)
+    with (
+        StoreClient.connect(shared_mooncake_master.store_config) as owner,
+        StoreClient.connect(reader_config) as reader,
+    ):
+        owner.put("shared", value)
+
+        assert reader.get("shared") == value
+        assert reader.get_batch(["shared", "absent"]) == [value, None]
+
+
+def test_client_without_any_segment_in_the_pool_gets_a_clear_no_space_error(
+    mooncake_master: RunningPool,
+) -> None:
+    config = mooncake_master.store_config | {"global_segment_size": 0}
+    quick = RetryPolicy(attempts=3, first_delay_s=0.001, max_delay_s=0.002)
+    with (
+        StoreClient.connect(config, retry=quick) as lonely,
+        pytest.raises(
+            StoreError, match=r"no space \(NO_AVAILABLE_HANDLE, -200\) through 3 attempts"
+        ) as caught,
+    ):
+        lonely.put("nowhere", b"bytes")
+
+    assert caught.value.code == NO_AVAILABLE_HANDLE
+
+
+def test_connect_reads_the_json_engines_get(
+    shared_mooncake_master: RunningPool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "mooncake.json"
+    path.write_text(json.dumps(shared_mooncake_master.store_config))
+    monkeypatch.setenv(CONFIG_PATH_ENV, str(path))
+
+    with StoreClient.connect(load_store_config()) as client:
+        client.put("via-file", b"ok")
+        assert client.get("via-file") == b"ok"
+        assert client.master_address == f"127.0.0.1:{shared_mooncake_master.pool.port}"
+
+
+def test_unreachable_master_fails_fast_and_says_so(shared_mooncake_master: RunningPool) -> None:
+    nobody = free_ports(1)[0]
+    config = shared_mooncake_master.store_config | {"master_server_address": f"127.0.0.1:{nobody}"}
+
+    with pytest.raises(StoreUnavailable) as caught:
+        StoreClient.connect(config, connect_timeout_s=1.0)
+
+    # This message comes from the connection probe, which runs before Mooncake's setup and its ~90 s of retries.
+    message = str(caught.value)
+    assert f"127.0.0.1:{nobody} does not accept connections" in message
+    assert "start it" in message
