@@ -96,7 +96,7 @@ def supervisor_script(components: tuple[Component, ...], shared: dict[str, str])
         "      exit 1",
         "    fi",
         "  done",
-        "  sleep 5",
+        "  sleep 2",
         "done",
     ]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,293 @@
+"""Manifests from the plan: strict schema validation against Kubernetes 1.33 and the objects' content."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from motor.cli.main import main
+from motor.config import load_config, load_documents
+from motor.deploy.k8s.manifests import ConfigTexts, build_manifests
+from motor.deploy.k8s.yaml_io import dump_all
+from motor.deploy.plan import build_plan
+from tests.integration.k8s_support import SEED_DIR, SIM_ENV, example_dirs, sim_user_config
+
+KUBERNETES_VERSION = "1.33.0"
+
+
+def manifests_for(
+    user: dict[str, Any], env: dict[str, Any] = SIM_ENV, **options: Any
+) -> list[dict[str, Any]]:
+    topology = load_documents(user, env)
+    texts = ConfigTexts(json.dumps(user, indent=2), json.dumps(env, indent=2))
+    files = build_manifests(build_plan(topology, target="kubernetes"), topology, texts, **options)
+    return [obj for manifest_file in files for obj in manifest_file.objects]
+
+
+def seed_manifests(**options: Any) -> list[dict[str, Any]]:
+    user = json.loads((SEED_DIR / "user_config.json").read_text())
+    env = json.loads((SEED_DIR / "env.json").read_text())
+    return manifests_for(user, env, **options)
+
+
+def by_kind_name(objects: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(obj["kind"], obj["metadata"]["name"]): obj for obj in objects}
+
+
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    return deployment["spec"]["template"]["spec"]["containers"][0]
+
+
+def env_of(deployment: dict[str, Any]) -> dict[str, str]:
+    return {item["name"]: item.get("value", "<from field>") for item in container(deployment)["env"]}
+
+
+def validate_all(objects: list[dict[str, Any]]) -> None:
+    # Round-trip through the YAML motor writes, so what is validated is what `kubectl apply` would read.
+    for document in yaml.safe_load_all(dump_all(objects)):
+        kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+
+
+SIM_VARIANTS = {
+    "local-cpu-sim": sim_user_config("local"),
+    "multi-cpu-sim": sim_user_config("multi_deployment"),
+    "multi-nvidia-2-pods": sim_user_config(
+        "multi_deployment", hardware_type="nvidia-gpu", pods=2, accelerators=1
+    ),
+    "multi-no-pool": sim_user_config("multi_deployment", pool=False),
+    "single-container-a3": sim_user_config("single_container", hardware_type="800I_A3", accelerators=2),
+}
+
+
+@pytest.mark.parametrize(
+    "example", example_dirs(), ids=lambda path: str(path.relative_to(SEED_DIR.parents[1]))
+)
+def test_every_example_validates_strictly(example: Path) -> None:
+    topology = load_config(example / "user_config.json", example / "env.json")
+    texts = ConfigTexts((example / "user_config.json").read_text(), (example / "env.json").read_text())
+    files = build_manifests(build_plan(topology, target="kubernetes"), topology, texts, create_namespace=True)
+    objects = [obj for manifest_file in files for obj in manifest_file.objects]
+    assert {"Namespace", "ConfigMap", "Deployment", "Service", "Role"} <= {obj["kind"] for obj in objects}
+    validate_all(objects)
+
+
+@pytest.mark.parametrize("variant", sorted(SIM_VARIANTS))
+def test_sim_variants_validate_strictly(variant: str) -> None:
+    validate_all(manifests_for(SIM_VARIANTS[variant], create_namespace=True))
+
+
+def test_validation_catches_a_broken_object() -> None:
+    deployment = by_kind_name(seed_manifests())["Deployment", "prefill-0"]
+    container(deployment)["ports"][0]["protocl"] = "TCP"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_all([deployment])
+
+
+def test_seed_objects_and_layout() -> None:
+    objects = by_kind_name(seed_manifests(create_namespace=True))
+    assert set(objects) == {
+        ("Namespace", "mindie-motor"),
+        ("ConfigMap", "motor-config"),
+        ("ServiceAccount", "motor-controller"),
+        ("Role", "motor-controller"),
+        ("RoleBinding", "motor-controller"),
+        ("Deployment", "kv-pool"),
+        ("Service", "kv-pool"),
+        ("Deployment", "controller"),
+        ("Service", "controller"),
+        ("Deployment", "coordinator"),
+        ("Service", "coordinator"),
+        ("Deployment", "prefill-0"),
+        ("Deployment", "decode-0"),
+    }
+    assert all(
+        obj["metadata"].get("namespace") == "mindie-motor"
+        for key, obj in objects.items()
+        if key[0] != "Namespace"
+    )
+    controller = objects["Deployment", "controller"]
+    assert controller["spec"]["template"]["spec"]["serviceAccountName"] == "motor-controller"
+    assert objects["RoleBinding", "motor-controller"]["subjects"][0]["name"] == "motor-controller"
+
+
+def test_labels_and_selectors_are_consistent() -> None:
+    objects = seed_manifests()
+    deployments = [obj for obj in objects if obj["kind"] == "Deployment"]
+    for obj in objects:
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/part-of"] == "motor"
+        assert labels["motor.io/job"] == "mindie-motor"
+    for deployment in deployments:
+        template_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= template_labels.items()
+        assert template_labels["app.kubernetes.io/name"] == deployment["metadata"]["name"]
+    for service in (obj for obj in objects if obj["kind"] == "Service"):
+        matched = [
+            d
+            for d in deployments
+            if service["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        assert [d["metadata"]["name"] for d in matched] == [service["metadata"]["name"]]
+        ports = {p["name"] for p in container(matched[0])["ports"]}
+        assert {p["targetPort"] for p in service["spec"]["ports"]} <= ports
+    prefill = by_kind_name(objects)["Deployment", "prefill-0"]["metadata"]["labels"]
+    assert (prefill["motor.io/role"], prefill["motor.io/index"], prefill["motor.io/component"]) == (
+        "prefill",
+        "0",
+        "node-manager",
+    )
+
+
+def test_engine_deployments_get_accelerators_weights_and_entry_point() -> None:
+    prefill = by_kind_name(seed_manifests())["Deployment", "prefill-0"]
+    engine = container(prefill)
+    assert prefill["spec"]["replicas"] == 1
+    assert engine["resources"] == {
+        "requests": {"huawei.com/Ascend910": 2},
+        "limits": {"huawei.com/Ascend910": 2},
+    }
+    assert engine["command"] == [
+        "python3",
+        "-m",
+        "motor.node_manager",
+        "--user-config",
+        "/etc/motor/user_config.json",
+        "--env-config",
+        "/etc/motor/env.json",
+        "--role",
+        "prefill",
+        "--index",
+        "0",
+    ]
+    assert engine["image"].startswith("quay.io/ascend/mindie-motor:")
+    volumes = {v["name"]: v for v in prefill["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["weight"]["hostPath"]["path"] == "/mnt/weight"
+    assert {"name": "weight", "mountPath": "/mnt/weight", "readOnly": True} in engine["volumeMounts"]
+    assert volumes["config"]["configMap"]["name"] == "motor-config"
+    assert prefill["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_accelerator_resource_follows_hardware_type() -> None:
+    nvidia = by_kind_name(manifests_for(SIM_VARIANTS["multi-nvidia-2-pods"]))["Deployment", "decode-0"]
+    assert container(nvidia)["resources"]["limits"] == {"nvidia.com/gpu": 1}
+    assert nvidia["spec"]["replicas"] == 2
+    cpu = by_kind_name(manifests_for(sim_user_config(accelerators=4)))["Deployment", "decode-0"]
+    assert "resources" not in container(cpu)
+
+
+def test_probes_hit_the_components_real_endpoints() -> None:
+    objects = by_kind_name(seed_manifests())
+    expected_port = {"controller": "api", "coordinator": "mgmt", "prefill-0": "nm", "kv-pool": "metrics"}
+    for name, port in expected_port.items():
+        engine = container(objects["Deployment", name])
+        port_numbers = {p["name"]: p["containerPort"] for p in engine["ports"]}
+        for kind in ("startup", "readiness", "liveness"):
+            probe = engine[f"{kind}Probe"]["httpGet"]
+            assert probe["port"] == port and port in port_numbers
+            assert probe["path"] == ("/health" if name == "kv-pool" else f"/{kind}")
+    coordinator_ports = {
+        p["name"]: p["containerPort"] for p in container(objects["Deployment", "coordinator"])["ports"]
+    }
+    assert coordinator_ports == {"infer": 1025, "mgmt": 1026}
+
+
+def test_pool_master_service_and_engine_store_config() -> None:
+    objects = by_kind_name(seed_manifests())
+    pool_ports = {(p["name"], p["port"]) for p in objects["Service", "kv-pool"]["spec"]["ports"]}
+    assert pool_ports == {("rpc", 50088), ("metrics", 9003)}
+    master = container(objects["Deployment", "kv-pool"])["command"]
+    assert (
+        master[0] == "mooncake_master"
+        and "--rpc_port=50088" in master
+        and "--default_kv_lease_ttl=11000" in master
+    )
+    prefill_env = env_of(objects["Deployment", "decode-0"])
+    assert prefill_env["MOTOR_POOL_MASTER"] == "kv-pool.mindie-motor.svc.cluster.local:50088"
+    assert prefill_env["MOONCAKE_CONFIG_PATH"] == "/etc/motor/mooncake_store.json"
+    store = json.loads(objects["ConfigMap", "motor-config"]["data"]["mooncake_store.json"])
+    assert store["master_server_address"] == "kv-pool.mindie-motor.svc.cluster.local:50088"
+    assert store["protocol"] == "ascend"
+
+
+def test_addresses_use_services_and_pod_ip() -> None:
+    env = env_of(by_kind_name(seed_manifests())["Deployment", "prefill-0"])
+    assert env["POD_IP"] == "<from field>"
+    assert env["MOTOR_ADVERTISE_HOST"] == "$(POD_IP)"
+    assert env["MOTOR_CONTROLLER_URL"] == "http://controller.mindie-motor.svc.cluster.local:1027"
+    assert env["MOTOR_COORDINATOR_MGMT_URL"] == "http://coordinator.mindie-motor.svc.cluster.local:1026"
+    assert env["HCCL_BUFFSIZE"] == "256"
+
+
+def test_config_map_holds_the_config_as_written() -> None:
+    config_map = by_kind_name(seed_manifests())["ConfigMap", "motor-config"]
+    assert config_map["data"]["user_config.json"] == json.dumps(
+        json.loads((SEED_DIR / "user_config.json").read_text()), indent=2
+    )
+    assert (
+        "mooncake_store.json"
+        not in by_kind_name(manifests_for(SIM_VARIANTS["multi-no-pool"]))["ConfigMap", "motor-config"]["data"]
+    )
+
+
+def test_local_config_preview_runs_as_multi_deployment() -> None:
+    objects = by_kind_name(manifests_for(SIM_VARIANTS["local-cpu-sim"]))
+    stored = json.loads(objects["ConfigMap", "motor-config"]["data"]["user_config.json"])
+    assert stored["motor_deploy_config"]["deploy_mode"] == "multi_deployment"
+    assert ("Deployment", "prefill-1") in objects
+
+
+def test_single_container_runs_everything_in_one_pod() -> None:
+    objects = by_kind_name(manifests_for(SIM_VARIANTS["single-container-a3"]))
+    assert [key for key in objects if key[0] == "Deployment"] == [("Deployment", "single-container")]
+    pod = objects["Deployment", "single-container"]["spec"]["template"]["spec"]
+    motor = pod["containers"][0]
+    assert motor["resources"]["limits"] == {"huawei.com/Ascend910": 6}
+    script = motor["command"][2]
+    assert "start prefill-1 env" in script and "--role prefill --index 1" in script
+    assert motor["readinessProbe"]["httpGet"] == {"path": "/readiness", "port": "mgmt"}
+    service = objects["Service", "coordinator"]
+    assert service["spec"]["selector"]["app.kubernetes.io/name"] == "single-container"
+
+
+def test_single_container_refuses_several_pods_per_instance() -> None:
+    with pytest.raises(ValueError, match="cannot share one container"):
+        manifests_for(sim_user_config("single_container", pods=2))
+
+
+def test_dry_run_writes_files_that_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    output = tmp_path / "out"
+    assert main(["deploy", "--config-dir", str(SEED_DIR), "--dry-run", "--output", str(output)]) == 0
+    names = sorted(path.name for path in output.iterdir())
+    assert names[0] == "00-config.yaml" and "03-controller.yaml" in names
+    for path in output.iterdir():
+        for document in yaml.safe_load_all(path.read_text()):
+            kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+    assert "dry run: nothing applied" in capsys.readouterr().out
+
+
+def test_dry_run_without_output_prints_yaml(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["deploy", "--config-dir", str(SEED_DIR), "--dry-run"]) == 0
+    documents = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert ("Deployment", "decode-0") in by_kind_name(documents)
+
+
+def test_output_without_dry_run_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["deploy", "--config-dir", str(SEED_DIR), "--output", str(tmp_path)]) == 2
+    assert "--output only goes with --dry-run" in capsys.readouterr().err
+
+
+def test_config_errors_print_one_line_each_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    user = sim_user_config()
+    user["motor_deploy_config"]["p_instances_num"] = 0
+    user["motor_deploy_config"]["hardware_type"] = "tpu"
+    (tmp_path / "user_config.json").write_text(json.dumps(user))
+    (tmp_path / "env.json").write_text(json.dumps(SIM_ENV))
+    assert main(["deploy", "--config-dir", str(tmp_path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "motor_deploy_config.p_instances_num" in err and "motor_deploy_config.hardware_type" in err
