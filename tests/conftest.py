@@ -1,6 +1,4 @@
 pytest_plugins: list[str] = [
     "tests.fixtures.control",
     "tests.fixtures.etcd",
-    "tests.fixtures.pool",
-    "tests.fixtures.sim",
 ]

@@ -14,6 +14,7 @@ class InstanceRecord:
     engine_state: EngineState
     engine_restarts: int
     last_heartbeat: float
+    registrations: int = 0
 
     @property
     def status(self) -> InstanceStatus:
@@ -72,6 +73,7 @@ class InstanceRegistry:
             if moved:
                 changes.append(Change(instance, instance.status, record.node_manager_url, refreshed=True))
         record.engine_restarts = registration.engine_restarts
+        record.registrations += 1
         return changes + self._apply(record, registration.engine_state, now)
 
     def heartbeat(self, heartbeat: Heartbeat, now: float) -> list[Change] | None:
@@ -116,6 +118,7 @@ class InstanceRegistry:
                 node_manager_url=r.node_manager_url,
                 engine_state=r.engine_state,
                 engine_restarts=r.engine_restarts,
+                registrations=r.registrations,
                 seconds_since_heartbeat=round(now - r.last_heartbeat, 3),
             )
             for r in sorted(self._records.values(), key=lambda r: r.instance.id)

@@ -62,6 +62,7 @@ class InstanceView(Message):
     node_manager_url: str
     engine_state: EngineState
     engine_restarts: int
+    registrations: int = Field(description="registrations this controller process accepted for the instance")
     seconds_since_heartbeat: float
 
 
