@@ -1,0 +1,199 @@
+"""The OpenAI-compatible API (raw ASGI): /v1/chat/completions, /v1/completions, /v1/models."""
+
+import asyncio
+import logging
+import re
+import time
+
+from motor.coordinator.asgi import (
+    Receive,
+    Scope,
+    Send,
+    header,
+    method_not_allowed,
+    not_found,
+    read_body,
+    send_bytes,
+    send_error,
+    send_json,
+)
+from motor.coordinator.core import Core
+from motor.coordinator.dispatch.request import Dispatch, EngineRejected, LegFailure, new_request_id
+from motor.coordinator.dispatch.retry import open_with_retries
+from motor.coordinator.errors import HttpError
+from motor.coordinator.relay import relay_full, relay_stream
+from motor.coordinator.requests import Api, parse_request
+from motor.coordinator.sse import error_events
+
+log = logging.getLogger(__name__)
+
+API_BY_PATH: dict[str, Api] = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
+CLIENT_GONE = 499
+
+
+class InferenceApp:
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.created = int(time.time())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        path = scope["path"]
+        api = API_BY_PATH.get(path)
+        if api is not None:
+            if scope["method"] != "POST":
+                await send_error(send, method_not_allowed(scope["method"], path))
+                return
+            await self._completion(api, scope, receive, send)
+        elif path == "/v1/models":
+            await self._models(scope, send)
+        else:
+            await send_error(send, not_found(path))
+
+    async def _models(self, scope: Scope, send: Send) -> None:
+        core = self.core
+        try:
+            if core.auth is not None:
+                await core.auth.check(scope["headers"])
+        except HttpError as error:
+            core.metrics.rejected.labels(error.code or "auth").inc()
+            await send_error(send, error)
+            return
+        data = [
+            {"id": m, "object": "model", "created": self.created, "owned_by": "motor"}
+            for m in sorted(core.models())
+        ]
+        await send_json(send, 200, {"object": "list", "data": data})
+        core.metrics.request_done("models", 200)
+
+    async def _completion(self, api: Api, scope: Scope, receive: Receive, send: Send) -> None:
+        core = self.core
+        metrics = core.metrics
+        started = time.perf_counter()
+        admitted = False
+        status = 500
+        request_id = header(scope, b"x-request-id")
+        rid = (
+            request_id.decode()
+            if request_id is not None and REQUEST_ID.match(request_id)
+            else new_request_id()
+        )
+        dispatch: Dispatch | None = None
+        try:
+            if core.auth is not None:
+                await core.auth.check(scope["headers"])
+            if core.rate is not None:
+                self._take_rate_token()
+            if not core.in_flight.try_enter():
+                raise HttpError(
+                    503,
+                    f"the coordinator is serving its maximum of {core.config.request_limit.max_requests} requests "
+                    "(motor_coordinator_config.request_limit.max_requests); retry shortly",
+                    type_="service_unavailable",
+                    code="overloaded",
+                    headers=[(b"retry-after", b"1")],
+                )
+            admitted = True
+            metrics.in_flight.inc()
+            raw = await read_body(scope, receive, core.config.request_limit.max_body_bytes)
+            request = parse_request(api, raw, core.models())
+            dispatch = Dispatch(core, request, rid)
+            status = await self._serve(dispatch, receive, send)
+        except HttpError as error:
+            status = error.status
+            if (
+                status in (401, 403, 413, 429, 503)
+                or status == core.config.rate_limit_config.error_status_code
+            ):
+                metrics.rejected.labels(error.code or str(status)).inc()
+            await send_error(send, error, headers=[(b"x-request-id", rid.encode())])
+        finally:
+            if admitted:
+                core.in_flight.leave()
+                metrics.in_flight.dec()
+            now = time.perf_counter()
+            metrics.request_done(api, status)
+            metrics.observe_e2e(api, now - started)
+            if dispatch is not None:
+                metrics.overhead.observe(max(0.0, now - started - dispatch.waited + dispatch.extra_overhead))
+
+    def _take_rate_token(self) -> None:
+        core = self.core
+        assert core.rate is not None
+        allowed, remaining = core.rate.try_take()
+        if allowed:
+            return
+        config = core.config.rate_limit_config
+        raise HttpError(
+            config.error_status_code,
+            config.error_message,
+            type_="rate_limit_error",
+            code="rate_limit_exceeded",
+            headers=[
+                (b"retry-after", b"%d" % max(1, round(core.rate.retry_after()))),
+                (b"x-ratelimit-limit", b"%d" % config.max_requests),
+                (b"x-ratelimit-remaining", b"%d" % remaining),
+            ],
+        )
+
+    async def _serve(self, d: Dispatch, receive: Receive, send: Send) -> int:
+        core = self.core
+        d.task = asyncio.current_task()
+        core.active.add(d)
+        watcher = core.loop.create_task(receive())
+        watcher.add_done_callback(lambda _: d.expire("client disconnected"))
+        response_started = False
+        try:
+            try:
+                opened = await open_with_retries(d)
+            except LegFailure as failure:
+                error = HttpError(
+                    failure.status, failure.message, type_="upstream_error", code=failure.reason
+                )
+                await send_error(send, error, headers=[(b"x-request-id", d.rid)])
+                return failure.status
+            except EngineRejected as rejected:
+                await send_bytes(
+                    send,
+                    rejected.status,
+                    rejected.body,
+                    content_type=rejected.content_type,
+                    headers=[(b"x-request-id", d.rid)],
+                )
+                return rejected.status
+            response_started = True
+            if d.request.stream:
+                return await relay_stream(d, opened, send)
+            return await relay_full(d, opened, send)
+        except asyncio.CancelledError:
+            if d.abort_reason is None:
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            return await self._aborted(d, send, response_started)
+        finally:
+            d.finished = True
+            d.abandon("request ended")
+            core.active.discard(d)
+            if not watcher.done():
+                watcher.cancel()
+
+    async def _aborted(self, d: Dispatch, send: Send, response_started: bool) -> int:
+        reason = d.abort_reason
+        log.info("request %s ended early: %s", d.request_id, reason)
+        if reason == "infer_timeout":
+            message = (
+                f"the request exceeded infer_timeout ({self.core.config.exception_config.infer_timeout:g} s)"
+            )
+            if not response_started:
+                await send_error(send, HttpError(504, message, type_="timeout", code="infer_timeout"))
+                return 504
+            if d.request.stream and not d.sending_since:
+                await send(
+                    {"type": "http.response.body", "body": error_events(message, "timeout", "infer_timeout")}
+                )
+            return 504
+        if reason == "write_timeout":
+            return 408
+        return CLIENT_GONE

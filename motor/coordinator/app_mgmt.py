@@ -1,0 +1,146 @@
+"""The management API: probes, instance refresh from the controller, Prometheus metrics.
+
+Readiness answers 200 with `{"ready": bool, ...}` rather than 503 while instances are missing: a 503 would take
+the coordinator out of its Kubernetes Service, and the controller reaches it through that Service to push
+the very instances that would make it ready. 503 means only that the coordinator itself is not serving yet.
+"""
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from pydantic import ValidationError
+
+from motor.coordinator.asgi import (
+    Receive,
+    Scope,
+    Send,
+    method_not_allowed,
+    not_found,
+    read_body,
+    send_bytes,
+    send_error,
+    send_json,
+)
+from motor.coordinator.errors import HttpError, bad_request
+from motor.coordinator.registry import ROLES, InstanceRegistry
+from motor.protocol.instances import InstanceEvent, RefreshResult
+
+log = logging.getLogger(__name__)
+PROMETHEUS_TEXT = b"text/plain; version=0.0.4; charset=utf-8"
+
+
+class Control(Protocol):
+    """What the management API drives: one process, or the supervisor of several workers."""
+
+    registry: InstanceRegistry
+    profile: str
+    required_roles: list[str]
+
+    def started(self) -> bool: ...
+
+    def liveness(self) -> tuple[bool, str]: ...
+
+    async def refresh(self, event: InstanceEvent) -> RefreshResult: ...
+
+    def metrics_text(self) -> bytes: ...
+
+
+class ManagementApp:
+    def __init__(self, control: Control, max_body_bytes: int) -> None:
+        self.control = control
+        self.max_body_bytes = max_body_bytes
+        self._routes: dict[tuple[str, str], Callable[[Scope, Receive, Send], Awaitable[None]]] = {
+            ("GET", "/startup"): self._startup,
+            ("GET", "/readiness"): self._readiness,
+            ("GET", "/liveness"): self._liveness,
+            ("GET", "/metrics"): self._metrics,
+            ("POST", "/instances/refresh"): self._refresh,
+            ("GET", "/instances"): self._instances,
+        }
+        self._paths = {path for _, path in self._routes}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        handler = self._routes.get((scope["method"], scope["path"]))
+        if handler is not None:
+            await handler(scope, receive, send)
+        elif scope["path"] in self._paths:
+            await send_error(send, method_not_allowed(scope["method"], scope["path"]))
+        else:
+            await send_error(send, not_found(scope["path"]))
+
+    async def _startup(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = self.control.started()
+        await send_json(
+            send, 200 if started else 503, {"status": "ok" if started else "starting", "started": started}
+        )
+
+    async def _liveness(self, scope: Scope, receive: Receive, send: Send) -> None:
+        alive, message = self.control.liveness()
+        await send_json(
+            send, 200 if alive else 503, {"status": "ok" if alive else "failing", "message": message}
+        )
+
+    async def _readiness(self, scope: Scope, receive: Receive, send: Send) -> None:
+        control = self.control
+        registry = control.registry
+        counts = {role: len(registry.targets(role)) for role in ROLES}
+        missing = [role for role in control.required_roles if not counts[role]]
+        if not missing:
+            serving = control.profile
+        elif counts["union"]:
+            serving = "aggregated (fallback on union instances)"
+        elif counts["prefill"]:
+            serving = "aggregated (fallback on prefill instances)"
+        else:
+            serving = "none"
+        body = {
+            "status": "ok" if control.started() else "starting",
+            "ready": control.started() and not missing,
+            "profile": control.profile,
+            "required_roles": control.required_roles,
+            "missing_roles": missing,
+            "serving": serving,
+            "routable_endpoints": counts,
+            "instance_set_version": registry.version,
+        }
+        await send_json(send, 200 if control.started() else 503, body)
+
+    async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_bytes(send, 200, self.control.metrics_text(), content_type=PROMETHEUS_TEXT)
+
+    async def _instances(self, scope: Scope, receive: Receive, send: Send) -> None:
+        registry = self.control.registry
+        await send_json(
+            send,
+            200,
+            {"version": registry.version, "instances": [i.model_dump() for i in registry.snapshot()]},
+        )
+
+    async def _refresh(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            event = _parse_event(await read_body(scope, receive, self.max_body_bytes))
+        except HttpError as error:
+            await send_error(send, error)
+            return
+        result = await self.control.refresh(event)
+        log.info(
+            "instances %s: %d instance(s) in the event, %d registered, version %d",
+            event.event,
+            len(event.instances),
+            result.instance_count,
+            result.version,
+        )
+        await send_json(send, 200, result.model_dump())
+
+
+def _parse_event(raw: bytes) -> InstanceEvent:
+    try:
+        return InstanceEvent.model_validate_json(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()[:10]
+        )
+        raise bad_request(f"invalid instance event: {problems}") from None

@@ -1,0 +1,100 @@
+"""Per-process runtime state of the inference side: instances, scheduler, upstream pool, limits, metrics."""
+
+import asyncio
+import contextlib
+import time
+from typing import TYPE_CHECKING
+
+from motor.coordinator.auth import ApiKeyVerifier
+from motor.coordinator.dispatch.callbacks import CallbackRegistry
+from motor.coordinator.limits import InFlightLimit, SharedState, TokenBucket
+from motor.coordinator.metrics import CoordinatorMetrics
+from motor.coordinator.registry import InstanceRegistry
+from motor.coordinator.scheduling.scheduler import Scheduler
+from motor.coordinator.settings import CoordinatorSettings
+from motor.coordinator.upstream import UpstreamPool
+
+if TYPE_CHECKING:
+    from motor.coordinator.dispatch.request import Dispatch
+
+MAX_SWEEP_INTERVAL = 0.5
+
+
+class Core:
+    def __init__(
+        self,
+        settings: CoordinatorSettings,
+        metrics: CoordinatorMetrics,
+        *,
+        shared: SharedState | None = None,
+        worker_index: int = 0,
+    ) -> None:
+        config = settings.config
+        self.settings = settings
+        self.config = config
+        self.profile = settings.profile
+        self.metrics = metrics
+        self.registry = InstanceRegistry()
+        scheduling = config.scheduler_config
+        self.scheduler = Scheduler(
+            scheduling.scheduler_type,
+            affinity_block_size=scheduling.affinity_block_size,
+            affinity_max_load_ratio=scheduling.affinity_max_load_ratio,
+        )
+        self.registry.subscribe(self.scheduler.set_targets)
+        self.callbacks = CallbackRegistry()
+        self.auth = ApiKeyVerifier(config.api_key_config) if config.api_key_config.enable_api_key else None
+        rate = config.rate_limit_config
+        self.rate = (
+            TokenBucket(rate.max_requests, rate.window_size, shared) if rate.enable_rate_limit else None
+        )
+        self.in_flight = InFlightLimit(config.request_limit.max_requests, shared, worker_index)
+        self.active: set[Dispatch] = set()
+        self._models: frozenset[str] = frozenset()
+        self._models_version = -1
+        self._sweeper: asyncio.Task[None] | None = None
+        self.loop: asyncio.AbstractEventLoop
+        self.pool: UpstreamPool
+
+    async def start(self, callback_base_url: str) -> None:
+        self.loop = asyncio.get_running_loop()
+        timeouts = self.config.timeout_config
+        self.pool = UpstreamPool(
+            connect_timeout=timeouts.connection_timeout, write_timeout=timeouts.write_timeout
+        )
+        self.callbacks.base_url = callback_base_url
+        self._sweeper = asyncio.create_task(self._sweep())
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        for dispatch in list(self.active):
+            dispatch.expire("coordinator shutting down")
+        self.pool.close()
+
+    def models(self) -> frozenset[str]:
+        if self._models_version != self.registry.version:
+            self._models = frozenset(self.settings.served_models) | frozenset(self.registry.models())
+            self._models_version = self.registry.version
+        return self._models
+
+    async def _sweep(self) -> None:
+        """Ends requests whose client stopped reading (write_timeout) or that outlived infer_timeout.
+
+        Engine waits carry their own deadlines; this covers waits on the client, without a timer per write.
+        """
+        write_timeout = self.config.timeout_config.write_timeout
+        interval = min(MAX_SWEEP_INTERVAL, write_timeout / 4)
+        while True:
+            await asyncio.sleep(interval)
+            if not self.active:
+                continue
+            now = time.perf_counter()
+            loop_now = self.loop.time()
+            for dispatch in list(self.active):
+                if dispatch.sending_since and now - dispatch.sending_since > write_timeout:
+                    dispatch.expire("write_timeout")
+                elif loop_now > dispatch.deadline:
+                    dispatch.expire("infer_timeout")

@@ -1,0 +1,1 @@
+"""How one client request crosses engine legs: per-request state, the four dispatch profiles, retries."""

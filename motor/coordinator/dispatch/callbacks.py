@@ -1,0 +1,49 @@
+"""decode_first: per-request callback URLs ("metaserver") that decode engines call to get the prefill run.
+
+A URL carries an unguessable token, is valid only while its attempt runs, and is served by the same process
+that holds the request (each worker process listens on its own callback port).
+"""
+
+import secrets
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from motor.coordinator.dispatch.request import Dispatch, LegFailure
+
+CALLBACK_PATH_PREFIX = "/v1/metaserver/"
+
+
+@dataclass(eq=False)
+class CallbackSlot:
+    token: str
+    url: str
+    dispatch: "Dispatch"
+    first_token_deadline: float
+    failure: "LegFailure | None" = None
+    calls: int = field(default=0)
+
+
+class CallbackRegistry:
+    def __init__(self) -> None:
+        self.base_url = ""
+        self._slots: dict[str, CallbackSlot] = {}
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def open(self, dispatch: "Dispatch", first_token_deadline: float) -> CallbackSlot:
+        if not self.base_url:
+            raise RuntimeError("the callback listener is not running; decode_first dispatch needs it")
+        token = secrets.token_urlsafe(18)
+        slot = CallbackSlot(
+            token, f"{self.base_url}{CALLBACK_PATH_PREFIX}{token}", dispatch, first_token_deadline
+        )
+        self._slots[token] = slot
+        return slot
+
+    def close(self, slot: CallbackSlot) -> None:
+        self._slots.pop(slot.token, None)
+
+    def get(self, token: str) -> CallbackSlot | None:
+        return self._slots.get(token)

@@ -1,0 +1,114 @@
+"""Prometheus metrics of one coordinator process (aggregated across worker processes by the management
+process through prometheus_client's multiprocess mode when `num_workers` > 1)."""
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5)
+OVERHEAD_BUCKETS = (0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.002, 0.005, 0.01, 0.05)
+LEGS = ("prefill", "kv_wait", "decode", "aggregated")
+
+
+class CoordinatorMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "motor_coordinator_requests",
+            "Client requests answered, by route and HTTP status",
+            ["route", "status"],
+            registry=registry,
+        )
+        self.ttft = Histogram(
+            "motor_coordinator_ttft_seconds",
+            "Time from request arrival to the first streamed event sent to the client",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.itl = Histogram(
+            "motor_coordinator_itl_seconds",
+            "Time between streamed events relayed to the client (per event)",
+            buckets=ITL_BUCKETS,
+            registry=registry,
+        )
+        self.e2e = Histogram(
+            "motor_coordinator_e2e_seconds",
+            "Time from request arrival to the last byte sent to the client",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.leg = Histogram(
+            "motor_coordinator_leg_seconds",
+            "Per-leg latency: prefill leg, KV wait (prefill done → decode's first byte), decode (first byte → "
+            "end), aggregated leg",
+            ["leg"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.retries = Counter(
+            "motor_coordinator_retries",
+            "Legs retried on another instance before anything reached the client",
+            ["role", "reason"],
+            registry=registry,
+        )
+        self.cancelled_legs = Counter(
+            "motor_coordinator_cancelled_legs",
+            "Engine legs closed by the coordinator before they finished",
+            ["reason"],
+            registry=registry,
+        )
+        self.rejected = Counter(
+            "motor_coordinator_rejected",
+            "Requests refused before dispatch",
+            ["reason"],
+            registry=registry,
+        )
+        self.overhead = Histogram(
+            "motor_coordinator_overhead_seconds",
+            "Time spent in the coordinator per request, excluding waits on engines and on the client",
+            buckets=OVERHEAD_BUCKETS,
+            registry=registry,
+        )
+        self.in_flight = Gauge(
+            "motor_coordinator_in_flight_requests",
+            "Client requests being served",
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self._request_children: dict[tuple[str, int], Any] = {}
+        self._leg_children = {leg: self.leg.labels(leg) for leg in LEGS}
+        self._e2e_children: dict[str, Any] = {}
+
+    def request_done(self, route: str, status: int) -> None:
+        child = self._request_children.get((route, status))
+        if child is None:
+            child = self._request_children[(route, status)] = self.requests.labels(route, str(status))
+        child.inc()
+
+    def observe_e2e(self, route: str, seconds: float) -> None:
+        child = self._e2e_children.get(route)
+        if child is None:
+            child = self._e2e_children[route] = self.e2e.labels(route)
+        child.observe(seconds)
+
+    def observe_leg(self, leg: str, seconds: float) -> None:
+        self._leg_children[leg].observe(seconds)
+
+
+class InstanceCollector(Collector):
+    """`motor_coordinator_instances{role,state}` read from the registry at scrape time."""
+
+    def __init__(self, role_states: Callable[[], Iterable[tuple[tuple[str, str], int]]]) -> None:
+        self._role_states = role_states
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "motor_coordinator_instances", "Registered instances by role and state", labels=["role", "state"]
+        )
+        for (role, state), count in sorted(self._role_states()):
+            family.add_metric([role, state], count)
+        yield family

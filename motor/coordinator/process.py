@@ -1,0 +1,87 @@
+"""The coordinator as one process: inference, management and callback listeners in one event loop."""
+
+import asyncio
+import logging
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from motor.coordinator.app_callback import CallbackApp
+from motor.coordinator.app_infer import InferenceApp
+from motor.coordinator.app_mgmt import ManagementApp
+from motor.coordinator.core import Core
+from motor.coordinator.metrics import CoordinatorMetrics, InstanceCollector
+from motor.coordinator.registry import InstanceRegistry
+from motor.coordinator.server import EmbeddedServer, listen_socket, make_server, serve, servers_started
+from motor.coordinator.settings import CoordinatorSettings
+from motor.protocol.instances import InstanceEvent, RefreshResult
+
+log = logging.getLogger(__name__)
+
+
+class LocalControl:
+    """Management of a single-process coordinator: events go straight to the process's registry."""
+
+    def __init__(self, core: Core, required_roles: list[str], prometheus: CollectorRegistry) -> None:
+        self.core = core
+        self.registry: InstanceRegistry = core.registry
+        self.profile = core.profile.value
+        self.required_roles = required_roles
+        self._prometheus = prometheus
+        self.servers: list[tuple[EmbeddedServer, object]] = []
+
+    def started(self) -> bool:
+        return bool(self.servers) and servers_started(self.servers)  # type: ignore[arg-type]
+
+    def liveness(self) -> tuple[bool, str]:
+        return True, "serving"
+
+    async def refresh(self, event: InstanceEvent) -> RefreshResult:
+        return self.registry.apply(event)
+
+    def metrics_text(self) -> bytes:
+        return generate_latest(self._prometheus)
+
+
+async def run_single_process(
+    settings: CoordinatorSettings, required_roles: list[str], stop: asyncio.Event
+) -> None:
+    config = settings.config
+    prometheus = CollectorRegistry()
+    core = Core(settings, CoordinatorMetrics(prometheus))
+    prometheus.register(InstanceCollector(lambda: core.registry.role_states().items()))
+    control = LocalControl(core, required_roles, prometheus)
+    infer_socket = listen_socket(settings.bind_host, settings.infer_port)
+    mgmt_socket = listen_socket(settings.bind_host, settings.mgmt_port)
+    callback_socket = listen_socket(settings.bind_host, 0)
+    callback_port = callback_socket.getsockname()[1]
+    await core.start(f"http://{settings.advertise_host}:{callback_port}")
+    keep_alive = config.timeout_config.keep_alive_timeout
+    level = config.logging_config.log_level
+    control.servers = [
+        (make_server(InferenceApp(core), keep_alive_timeout=keep_alive, log_level=level), infer_socket),
+        (
+            make_server(
+                ManagementApp(control, config.request_limit.max_body_bytes),
+                keep_alive_timeout=keep_alive,
+                log_level=level,
+            ),
+            mgmt_socket,
+        ),
+        (make_server(CallbackApp(core), keep_alive_timeout=keep_alive, log_level=level), callback_socket),
+    ]
+    log.info(
+        "coordinator serving the OpenAI API on %s:%d, management on %s:%d, decode callbacks on %s:%d; "
+        "dispatch profile %s, scheduler %s",
+        settings.bind_host,
+        settings.infer_port,
+        settings.bind_host,
+        settings.mgmt_port,
+        settings.bind_host,
+        callback_port,
+        settings.profile.value,
+        config.scheduler_config.scheduler_type,
+    )
+    try:
+        await serve(control.servers, stop)  # type: ignore[arg-type]
+    finally:
+        await core.stop()

@@ -1,0 +1,116 @@
+"""The registered instance set: the only place upstream addresses come from.
+
+Each endpoint of an active instance becomes a `Target`. Targets keep their identity (and so their load
+accounting) across refresh events as long as the instance id and address stay the same.
+"""
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from motor.protocol.instances import Instance, InstanceEvent, InstanceRole, RefreshResult
+
+ROLES: tuple[InstanceRole, ...] = ("prefill", "decode", "union")
+ROUTABLE_STATUS = "active"
+
+
+@dataclass(eq=False, slots=True)
+class Target:
+    """One routable engine endpoint and its in-flight load (in tokens)."""
+
+    key: str
+    instance_id: str
+    role: InstanceRole
+    engine_id: str
+    model_name: str
+    host: str
+    port: int
+    bootstrap_port: int | None
+    tokens: float = 0.0
+    kv: float = 0.0
+    in_flight: int = 0
+    heap_index: int = -1
+    last_pick: int = 0
+    host_header: bytes = field(default=b"", repr=False)
+
+    def __post_init__(self) -> None:
+        self.host_header = f"{self.host}:{self.port}".encode()
+
+    @property
+    def load(self) -> float:
+        return self.tokens + self.kv
+
+
+TargetsByRole = dict[InstanceRole, list[Target]]
+Listener = Callable[[TargetsByRole], None]
+
+
+class InstanceRegistry:
+    def __init__(self) -> None:
+        self.instances: dict[str, Instance] = {}
+        self.version = 0
+        self._targets: dict[str, Target] = {}
+        self._by_role: TargetsByRole = {role: [] for role in ROLES}
+        self._listeners: list[Listener] = []
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+        listener(self._by_role)
+
+    def apply(self, event: InstanceEvent) -> RefreshResult:
+        if event.event == "set":
+            self.instances = {instance.id: instance for instance in event.instances}
+        elif event.event == "add":
+            for instance in event.instances:
+                self.instances[instance.id] = instance
+        else:
+            for instance in event.instances:
+                self.instances.pop(instance.id, None)
+        self.version += 1
+        self._rebuild()
+        return RefreshResult(event=event.event, instance_count=len(self.instances), version=self.version)
+
+    def has_role(self, role: InstanceRole) -> bool:
+        return bool(self._by_role[role])
+
+    def targets(self, role: InstanceRole) -> list[Target]:
+        return self._by_role[role]
+
+    def models(self) -> list[str]:
+        return sorted({i.model_name for i in self.instances.values() if i.status == ROUTABLE_STATUS})
+
+    def role_states(self) -> Counter[tuple[str, str]]:
+        return Counter((instance.role, instance.status) for instance in self.instances.values())
+
+    def snapshot(self) -> list[Instance]:
+        return list(self.instances.values())
+
+    def _rebuild(self) -> None:
+        targets: dict[str, Target] = {}
+        by_role: TargetsByRole = {role: [] for role in ROLES}
+        for instance in self.instances.values():
+            if instance.status != ROUTABLE_STATUS:
+                continue
+            for endpoint in instance.endpoints:
+                key = f"{instance.id}@{endpoint.host}:{endpoint.port}"
+                target = self._targets.get(key)
+                if target is None or target.role != instance.role or target.engine_id != instance.engine_id:
+                    target = Target(
+                        key=key,
+                        instance_id=instance.id,
+                        role=instance.role,
+                        engine_id=instance.engine_id,
+                        model_name=instance.model_name,
+                        host=endpoint.host,
+                        port=endpoint.port,
+                        bootstrap_port=endpoint.bootstrap_port,
+                    )
+                else:
+                    target.bootstrap_port = endpoint.bootstrap_port
+                    target.model_name = instance.model_name
+                targets[key] = target
+                by_role[instance.role].append(target)
+        self._targets = targets
+        self._by_role = by_role
+        for listener in self._listeners:
+            listener(by_role)

@@ -1,0 +1,298 @@
+"""A small HTTP/1.1 client for engine legs: pooled keep-alive connections on asyncio protocols + httptools.
+
+Chosen over aiohttp and httpx by measured overhead (see the README's Coordinator section and
+`benchmarks/coordinator_overhead.py --clients`). It also gives the coordinator exact control over what it
+needs: deadlines per wait, and `abort()` that closes a leg's connection at once, which is how a leg is
+cancelled at the engine.
+"""
+
+import asyncio
+from collections import deque
+
+import httptools
+
+# Engines behind uvicorn close idle keep-alive connections after 5 s; expire ours first so a request is not
+# written into a connection the engine is closing. A reused connection that still dies before answering is
+# retried once on a fresh one (nothing reached the engine's application then).
+UPSTREAM_IDLE_SECONDS = 4.0
+READ_PAUSE_BYTES = 1 << 20
+
+
+class UpstreamError(Exception):
+    """A leg failed below HTTP: `kind` is connect | timeout | closed | protocol | cancelled."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """One keep-alive connection; carries one exchange at a time."""
+
+    def __init__(self, pool: "UpstreamPool", key: tuple[str, int]) -> None:
+        self._pool = pool
+        self._loop = pool.loop
+        self.key = key
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.closed = False
+        self.reused = False
+        self.idle_since = 0.0
+        self._waiter: asyncio.Future[None] | None = None
+        self._write_paused = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.head_done = False
+        self.complete = False
+        self.error: UpstreamError | None = None
+        self.received_any = False
+        self._chunks: list[bytes] = []
+        self._buffered = 0
+
+    # ---- asyncio.Protocol ----------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.received_any = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(UpstreamError("protocol", f"invalid HTTP from the engine: {exc}"))
+            self.abort()
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if not self.complete:
+            self._fail(UpstreamError("closed", "the engine closed the connection before the response ended"))
+        self._wake()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake()
+
+    # ---- httptools callbacks -------------------------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        self.head_done = True
+        self._wake()
+
+    def on_body(self, body: bytes) -> None:
+        self._chunks.append(body)
+        self._buffered += len(body)
+        if self._buffered > READ_PAUSE_BYTES and self.transport is not None:
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self._wake()
+
+    # ---- exchange API --------------------------------------------------------------------------------------
+
+    def header(self, name: bytes) -> bytes | None:
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+    async def next_chunk(self, deadline: float) -> bytes | None:
+        """Body bytes received so far (waiting until `deadline` if none); None once the body has ended."""
+        while not self._chunks:
+            if self.complete:
+                return None
+            if self.error is not None:
+                raise self.error
+            await self._wait(deadline, "the engine sent nothing within the read timeout")
+        data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        self._chunks.clear()
+        if self._buffered > READ_PAUSE_BYTES and self.transport is not None:
+            self.transport.resume_reading()
+        self._buffered = 0
+        return data
+
+    async def read_body(self, deadline: float, read_timeout: float) -> bytes:
+        """The whole body; each wait ends at the earlier of `deadline` and `read_timeout` of silence."""
+        parts = []
+        while True:
+            chunk = await self.next_chunk(min(deadline, self._loop.time() + read_timeout))
+            if chunk is None:
+                return b"".join(parts)
+            parts.append(chunk)
+
+    def abort(self) -> None:
+        """Close the connection now: this cancels the leg at the engine."""
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+        self._fail(UpstreamError("cancelled", "the leg was cancelled by the coordinator"))
+
+    def release(self) -> None:
+        """Return to the pool when the exchange finished cleanly, else close."""
+        if self.complete and not self.closed and self.parser.should_keep_alive():
+            self._pool._release(self)
+        else:
+            self.abort()
+
+    # ---- internals -----------------------------------------------------------------------------------------
+
+    def _send(self, data: bytes) -> None:
+        self._reset()
+        self.parser = httptools.HttpResponseParser(self)
+        assert self.transport is not None
+        self.transport.write(data)
+
+    async def _wait_head(self, deadline: float) -> None:
+        while not self.head_done:
+            if self.error is not None:
+                raise self.error
+            await self._wait(deadline, "the engine did not answer in time")
+
+    async def _drain(self, deadline: float) -> None:
+        while self._write_paused and self.error is None:
+            await self._wait(deadline, "writing the request to the engine took longer than write_timeout")
+        if self.error is not None:
+            raise self.error
+
+    async def _wait(self, deadline: float, timeout_message: str) -> None:
+        loop = self._loop
+        if deadline <= loop.time():
+            self._timeout(None, timeout_message)
+            raise self.error or UpstreamError("timeout", timeout_message)
+        waiter = loop.create_future()
+        self._waiter = waiter
+        handle = loop.call_at(deadline, self._timeout, waiter, timeout_message)
+        try:
+            await waiter
+        finally:
+            handle.cancel()
+            self._waiter = None
+
+    def _timeout(self, waiter: asyncio.Future[None] | None, message: str) -> None:
+        if waiter is not None and waiter.done():
+            return
+        self._fail(UpstreamError("timeout", message))
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+        self._wake()
+
+    def _fail(self, error: UpstreamError) -> None:
+        if self.error is None and not self.complete:
+            self.error = error
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class UpstreamPool:
+    def __init__(
+        self, *, connect_timeout: float, write_timeout: float, idle_timeout: float = UPSTREAM_IDLE_SECONDS
+    ) -> None:
+        self.connect_timeout = connect_timeout
+        self.write_timeout = write_timeout
+        self.idle_timeout = idle_timeout
+        self.loop = asyncio.get_running_loop()
+        self._idle: dict[tuple[str, int], deque[UpstreamConnection]] = {}
+
+    async def request(
+        self,
+        host: str,
+        port: int,
+        head: bytes,
+        body: bytes,
+        *,
+        head_deadline: float,
+        track: list[UpstreamConnection],
+    ) -> UpstreamConnection:
+        """Send one request and wait for the response head (status and headers) until `head_deadline`.
+
+        The connection is appended to `track` as soon as the request is written, so the caller can cancel the
+        leg (abort) while the head is still awaited.
+        """
+        data = head + body
+        connection = await self._acquire(host, port, head_deadline)
+        track.append(connection)
+        try:
+            return await self._exchange(connection, data, head_deadline)
+        except UpstreamError as exc:
+            if not (connection.reused and exc.kind == "closed" and not connection.received_any):
+                raise
+            track.remove(connection)
+        connection = await self._connect(host, port, head_deadline)
+        track.append(connection)
+        return await self._exchange(connection, data, head_deadline)
+
+    async def _exchange(
+        self, connection: UpstreamConnection, data: bytes, head_deadline: float
+    ) -> UpstreamConnection:
+        try:
+            connection._send(data)
+            if connection._write_paused:
+                await connection._drain(min(head_deadline, self.loop.time() + self.write_timeout))
+            await connection._wait_head(head_deadline)
+        except BaseException:
+            connection.abort()
+            raise
+        return connection
+
+    async def _acquire(self, host: str, port: int, deadline: float) -> UpstreamConnection:
+        idle = self._idle.get((host, port))
+        now = self.loop.time()
+        while idle:
+            connection = idle.pop()
+            if not connection.closed and now - connection.idle_since < self.idle_timeout:
+                connection.reused = True
+                return connection
+            connection.abort()
+        return await self._connect(host, port, deadline)
+
+    async def _connect(self, host: str, port: int, deadline: float) -> UpstreamConnection:
+        key = (host, port)
+        budget = min(self.connect_timeout, deadline - self.loop.time())
+        if budget <= 0:
+            raise UpstreamError("timeout", f"no time left to connect to {host}:{port}")
+        try:
+            async with asyncio.timeout(budget):
+                _, protocol = await self.loop.create_connection(
+                    lambda: UpstreamConnection(self, key), host, port
+                )
+        except TimeoutError:
+            raise UpstreamError(
+                "connect", f"connecting to {host}:{port} timed out after {budget:.3g} s"
+            ) from None
+        except OSError as exc:
+            raise UpstreamError(
+                "connect", f"cannot connect to {host}:{port}: {exc.strerror or exc}"
+            ) from None
+        return protocol
+
+    def _release(self, connection: UpstreamConnection) -> None:
+        connection.idle_since = self.loop.time()
+        idle = self._idle.setdefault(connection.key, deque())
+        while idle and (idle[0].closed or connection.idle_since - idle[0].idle_since >= self.idle_timeout):
+            idle.popleft().abort()
+        idle.append(connection)
+
+    def close(self) -> None:
+        for idle in self._idle.values():
+            while idle:
+                idle.pop().abort()
+        self._idle.clear()
