@@ -217,6 +217,18 @@ class StoreClient:
             )
         return cls(store, settings, retry)
 
+    @classmethod
+    def adopt(
+        cls,
+        store: MooncakeDistributedStore,
+        store_config: Mapping[str, Any],
+        *,
+        retry: RetryPolicy = RetryPolicy(),
+    ) -> "StoreClient":
+        """Wrap a native store already set up with `store_config` (e.g. by an engine's connector in this
+        process); the client takes it over and closes it on close()."""
+        return cls(store, _settings(store_config, "store config"), retry)
+
     @property
     def master_address(self) -> str:
         return self._settings.master_server_address
@@ -225,7 +237,7 @@ class StoreClient:
         """Store `value` under `key` (a no-op when the key exists); retries -200 until eviction frees space."""
         code = self._put(key, value)
         if code:
-            self._retry_while_full(code, lambda: self._put(key, value), f"put {key!r}", len(value))
+            self._retry_while_full(code, lambda: self._put(key, value), f"put {key!r}", (len(value),))
 
     def get(self, key: str) -> bytes | None:
         """The bytes under `key`, or None when the pool does not hold it. Grants the object a read lease."""
@@ -259,9 +271,9 @@ class StoreClient:
         values = list(items.values())
         code = self._put_batch(keys, values)
         if code:
-            largest = max(len(value) for value in values)
+            sizes = [len(value) for value in values]
             self._retry_while_full(
-                code, lambda: self._put_batch(keys, values), f"put_batch of {len(keys)} keys", largest
+                code, lambda: self._put_batch(keys, values), f"put_batch of {len(keys)} keys", sizes
             )
 
     def get_batch(self, keys: Sequence[str]) -> list[bytes | None]:
@@ -318,7 +330,7 @@ class StoreClient:
         code = self._put_from(key, address, size)
         if code:
             self._retry_while_full(
-                code, lambda: self._put_from(key, address, size), f"put_from {key!r}", size
+                code, lambda: self._put_from(key, address, size), f"put_from {key!r}", (size,)
             )
 
     def get_into(self, key: str, buffer: RegisteredBuffer, *, offset: int = 0) -> int | None:
@@ -326,7 +338,7 @@ class StoreClient:
         capacity = buffer.size - offset
         self._check_span(buffer, offset, capacity)
         size = self._get_into(key, buffer.address + offset, capacity)
-        if size > 0:
+        if size >= 0:
             return size
         if size == OBJECT_NOT_FOUND:
             return None
@@ -388,7 +400,9 @@ class StoreClient:
             raise StoreError(f"{what}: the master could not check {sum(code < 0 for code in codes)} keys", -1)
         return codes
 
-    def _retry_while_full(self, code: int, attempt: Callable[[], int], what: str, size: int) -> None:
+    def _retry_while_full(
+        self, code: int, attempt: Callable[[], int], what: str, sizes: Sequence[int]
+    ) -> None:
         delay = self._retry.first_delay_s
         started = time.monotonic()
         for _ in range(self._retry.attempts - 1):
@@ -408,11 +422,11 @@ class StoreClient:
                 code,
             )
         if code == INVALID_PARAMS:
-            if size == 0:
+            if min(sizes) == 0:
                 raise StoreError(f"{what}: Mooncake cannot store empty values", code)
-            if size > self._settings.local_buffer_size:
+            if max(sizes) > self._settings.local_buffer_size:
                 raise StoreError(
-                    f"{what}: a value of {size} bytes exceeds this client's local_buffer_size "
+                    f"{what}: a value of {max(sizes)} bytes exceeds this client's local_buffer_size "
                     f"({self._settings.local_buffer_size}); raise kv_cache_pool_config.local_buffer_size",
                     code,
                 )

@@ -8,12 +8,12 @@ import pytest
 from motor.kv.pool import KvCachePoolConfig
 from motor.pool.master import MasterError, MooncakeMaster, find_master_binary
 from motor.pool.metrics import scrape_pool
-from motor.pool.net import accepts_connections
-from tests.fixtures.pool import RunningPool, StartPool, free_ports
+from motor.pool.net import accepts_connections, free_local_ports
+from tests.fixtures.pool import RunningPool, StartPool
 
 
 def pool_on_free_ports() -> KvCachePoolConfig:
-    rpc_port, metrics_port = free_ports(2)
+    rpc_port, metrics_port = free_local_ports(2)
     return KvCachePoolConfig(protocol="tcp", port=rpc_port, metrics_port=metrics_port)
 
 
@@ -75,7 +75,7 @@ def test_busy_port_is_named_before_starting(tmp_path: Path) -> None:
 
 
 def test_same_port_for_rpc_and_metrics_is_refused(tmp_path: Path) -> None:
-    port = free_ports(1)[0]
+    port = free_local_ports(1)[0]
     master = MooncakeMaster(KvCachePoolConfig(port=port, metrics_port=port), "127.0.0.1", tmp_path / "m.log")
 
     with pytest.raises(MasterError, match="give them different ports"):

@@ -3,7 +3,9 @@ import random
 from pathlib import Path
 
 import pytest
+from mooncake.store import MooncakeDistributedStore
 
+from motor.pool.net import free_local_ports
 from motor.pool.store import (
     CONFIG_PATH_ENV,
     NO_AVAILABLE_HANDLE,
@@ -13,7 +15,7 @@ from motor.pool.store import (
     StoreUnavailable,
     load_store_config,
 )
-from tests.fixtures.pool import TEST_LOCAL_BUFFER_SIZE, RunningPool, free_ports
+from tests.fixtures.pool import TEST_LOCAL_BUFFER_SIZE, RunningPool
 
 SIZES = {"1KiB": 1 << 10, "64KiB": 64 << 10, "1MiB": 1 << 20}
 
@@ -125,6 +127,8 @@ def test_values_mooncake_cannot_hold_are_explained(pool_client: StoreClient) -> 
         pool_client.put("empty", b"")
     with pytest.raises(StoreError, match="exceeds this client's local_buffer_size"):
         pool_client.put("oversized", bytes(TEST_LOCAL_BUFFER_SIZE + 1))
+    with pytest.raises(StoreError, match="put_batch of 2 keys: Mooncake cannot store empty values"):
+        pool_client.put_batch({"fine": b"bytes", "empty-in-batch": b""})
 
 
 def test_closed_client_refuses_calls_instead_of_crashing(shared_mooncake_master: RunningPool) -> None:
@@ -168,6 +172,28 @@ def test_client_without_any_segment_in_the_pool_gets_a_clear_no_space_error(
     assert caught.value.code == NO_AVAILABLE_HANDLE
 
 
+def test_adopted_native_store_and_client_see_the_same_objects(shared_mooncake_master: RunningPool) -> None:
+    config = shared_mooncake_master.store_config
+    native = MooncakeDistributedStore()
+    code = native.setup(
+        "127.0.0.1",
+        config["metadata_server"],
+        config["global_segment_size"],
+        config["local_buffer_size"],
+        config["protocol"],
+        config["device_name"],
+        config["master_server_address"],
+    )
+    assert code == 0
+
+    with StoreClient.adopt(native, config) as client:
+        client.put("adopted", b"through motor")
+        native.put("native", b"through mooncake")
+
+        assert native.get("adopted") == b"through motor"
+        assert client.get("native") == b"through mooncake"
+
+
 def test_connect_reads_the_json_engines_get(
     shared_mooncake_master: RunningPool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -182,7 +208,7 @@ def test_connect_reads_the_json_engines_get(
 
 
 def test_unreachable_master_fails_fast_and_says_so(shared_mooncake_master: RunningPool) -> None:
-    nobody = free_ports(1)[0]
+    nobody = free_local_ports(1)[0]
     config = shared_mooncake_master.store_config | {"master_server_address": f"127.0.0.1:{nobody}"}
 
     with pytest.raises(StoreUnavailable) as caught:
