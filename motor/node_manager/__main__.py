@@ -34,25 +34,33 @@ async def serve(settings: NodeSettings) -> int:
             await node_manager.shutdown(reason)
             finished.set()
 
+        tasks: list[asyncio.Task[None]] = []
         runner = web.AppRunner(
-            build_app(node_manager, terminate, alive=lambda: not any(t.done() for t in tasks)),
+            build_app(
+                node_manager, terminate, alive=lambda: bool(tasks) and not any(t.done() for t in tasks)
+            ),
             access_log=None,
         )
         await runner.setup()
         await web.TCPSite(runner, settings.host, settings.port).start()
-        tasks = node_manager.start()
+        tasks.extend(node_manager.start())
+        failures: list[BaseException] = []
+
+        def watch(task: asyncio.Task[None]) -> None:
+            if not task.cancelled():
+                failures.append(task.exception() or RuntimeError(f"{task.get_name()} ended"))
+                finished.set()
+
+        for task in tasks:
+            task.add_done_callback(watch)
         log.info("node manager %s listening on %s", settings.instance_id, settings.url)
-        waiter = asyncio.create_task(finished.wait())
-        done, _ = await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
+        await finished.wait()
         code = 0
-        for task in done:
-            if task is not waiter and task.exception() is not None:
-                exc = task.exception()
-                log.error("%s", exc, exc_info=not isinstance(exc, Unauthorized))
-                code = 2 if isinstance(exc, Unauthorized) else 1
+        for exc in failures:
+            log.error("%s", exc, exc_info=not isinstance(exc, Unauthorized))
+            code = 2 if isinstance(exc, Unauthorized) else 1
         if not shut_down:
-            await node_manager.shutdown("signal" if waiter in done else "internal error")
-        waiter.cancel()
+            await node_manager.shutdown("internal error" if failures else "signal")
         await runner.cleanup()
     log.info("node manager %s stopped", settings.instance_id)
     return code
