@@ -1,8 +1,8 @@
 """The client motor uses to put and get KV bytes in the pool: a thin typed layer over Mooncake's store.
 
-Mooncake semantics kept as they are: a put never overwrites an existing key, every read grants the
-object a lease of `default_kv_lease_ttl` during which it can be neither evicted nor removed (unless
-forced), and values must be non-empty and no larger than the client's `local_buffer_size`.
+Mooncake semantics kept as they are: a put never overwrites an existing key (upsert does), every read
+grants the object a lease of `default_kv_lease_ttl` during which it can be neither evicted nor removed
+(unless forced), and values must be non-empty and no larger than the client's `local_buffer_size`.
 """
 
 import ctypes
@@ -170,6 +170,8 @@ class StoreClient:
         self._is_exist = store.is_exist
         self._remove = store.remove
         self._put_batch = store.put_batch
+        self._upsert = store.upsert
+        self._upsert_batch = store.upsert_batch
         self._get_batch = store.get_batch
         self._batch_is_exist = store.batch_is_exist
         self._put_from = store.put_from
@@ -239,6 +241,12 @@ class StoreClient:
         if code:
             self._retry_while_full(code, lambda: self._put(key, value), f"put {key!r}", (len(value),))
 
+    def upsert(self, key: str, value: Value) -> None:
+        """Store `value` under `key`, replacing any existing value (even a leased one); retries -200."""
+        code = self._upsert(key, value)
+        if code:
+            self._retry_while_full(code, lambda: self._upsert(key, value), f"upsert {key!r}", (len(value),))
+
     def get(self, key: str) -> bytes | None:
         """The bytes under `key`, or None when the pool does not hold it. Grants the object a read lease."""
         value = self._get(key)
@@ -274,6 +282,19 @@ class StoreClient:
             sizes = [len(value) for value in values]
             self._retry_while_full(
                 code, lambda: self._put_batch(keys, values), f"put_batch of {len(keys)} keys", sizes
+            )
+
+    def upsert_batch(self, items: Mapping[str, Value]) -> None:
+        """Store several values in one round trip, replacing existing ones."""
+        if not items:
+            return
+        keys = list(items)
+        values = list(items.values())
+        code = self._upsert_batch(keys, values)
+        if code:
+            sizes = [len(value) for value in values]
+            self._retry_while_full(
+                code, lambda: self._upsert_batch(keys, values), f"upsert_batch of {len(keys)} keys", sizes
             )
 
     def get_batch(self, keys: Sequence[str]) -> list[bytes | None]:

@@ -74,6 +74,19 @@ def test_put_keeps_the_first_value(pool_client: StoreClient) -> None:
     assert pool_client.get("first-wins") == b"first"
 
 
+def test_upsert_replaces_values_even_while_leased(pool_client: StoreClient) -> None:
+    pool_client.upsert("replaced", b"first")
+    assert pool_client.get("replaced") == b"first"
+
+    pool_client.upsert("replaced", b"second, longer")
+    pool_client.upsert_batch({"replaced-too": b"a"})
+    pool_client.upsert_batch({"replaced-too": b"b", "fresh": b"c"})
+
+    assert pool_client.get_batch(["replaced", "replaced-too", "fresh"]) == [b"second, longer", b"b", b"c"]
+    with pytest.raises(StoreError, match="upsert 'empty-upsert': Mooncake cannot store empty values"):
+        pool_client.upsert("empty-upsert", b"")
+
+
 def test_remove_of_an_unread_object(pool_client: StoreClient) -> None:
     pool_client.put("unread", b"bytes")
 
