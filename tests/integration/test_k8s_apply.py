@@ -84,10 +84,10 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
         yield Cluster(emulator, write_kubeconfig(tmp_path / "kubeconfig", str(emulator.url).rstrip("/")))
 
 
-def expected_objects(config_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
+def expected_objects(config_dir: Path, token: str | None = None) -> dict[tuple[str, str], dict[str, Any]]:
     topology = load_config(config_dir / "user_config.json", config_dir / "env.json")
     texts = ConfigTexts((config_dir / "user_config.json").read_text(), (config_dir / "env.json").read_text())
-    files = build_manifests(build_plan(topology, target="kubernetes"), topology, texts)
+    files = build_manifests(build_plan(topology, target="kubernetes"), topology, texts, token=token)
     return {(obj["kind"], obj["metadata"]["name"]): obj for f in files for obj in f.objects}
 
 
@@ -103,23 +103,27 @@ async def test_deploy_applies_every_object(
 ) -> None:
     config = copy_seed(tmp_path / "seed")
     assert await cluster.motor("deploy", "--config-dir", config) == 0
-    expected = expected_objects(config)
     stored = cluster.stored()
+    token = stored["Secret", "motor-controller-token"]["stringData"]["token"]
+    assert len(token) >= 32
+    expected = expected_objects(config, token)
     assert set(stored) == set(expected)
     for key, obj in expected.items():
         assert stored[key] == obj, key
     out = capsys.readouterr().out
-    assert "deployed job mindie-motor to namespace mindie-motor: 12 object(s) via create-or-update" in out
+    assert "deployed job mindie-motor to namespace mindie-motor: 13 object(s) via create-or-update" in out
     assert "Deployment/prefill-0" in out
 
 
 async def test_redeploy_updates_in_place(cluster: Cluster, tmp_path: Path) -> None:
     config = write_config(tmp_path / "sim", sim_user_config())
     assert await cluster.motor("deploy", "--config-dir", config) == 0
+    token = cluster.stored()["Secret", "motor-controller-token"]
     edit_user_config(config, lambda doc: doc["motor_deploy_config"].update(image_name="motor:v2"))
     mark = len(cluster.requests())
     assert await cluster.motor("deploy", "--config-dir", config) == 0
     stored = cluster.stored()
+    assert stored["Secret", "motor-controller-token"] == token
     assert (
         stored["Deployment", "prefill-0"]["spec"]["template"]["spec"]["containers"][0]["image"] == "motor:v2"
     )
@@ -133,15 +137,18 @@ async def test_server_side_apply_is_used_when_the_server_supports_it(tmp_path: P
     # with the applied object. Any other request gets a 404 and would fail the deploy.
     async with kmock.KubernetesScaffold() as scaffold, kmock.Server(scaffold):
         scaffold["patch", kmock.headers({"Content-Type": APPLY_PATCH})] << (lambda request: request.data)
+        scaffold["post", kmock.resource("", "v1", "secrets")] << 201 << (lambda request: request.data)
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", str(scaffold.url).rstrip("/"))
         config = write_config(tmp_path / "sim", sim_user_config())
         args = ["deploy", "--config-dir", str(config), "--kubeconfig", str(kubeconfig)]
         assert await asyncio.to_thread(main, args) == 0
         requests = list(scaffold)
     object_requests = [r for r in requests if r.method.value != "GET"]
-    probe, *applies = object_requests
+    secret = [r for r in object_requests if r.url.path.endswith("/secrets")]
+    assert [r.method.value for r in secret] == ["POST"]  # created once, never applied over
+    probe, *applies = [r for r in object_requests if r not in secret]
     assert probe.params.get("dryRun") == "All"
-    assert len(applies) == len(expected_objects(config))
+    assert len(applies) == len(expected_objects(config)) - 1
     for request in applies:
         assert request.method.value == "PATCH"
         assert request.headers["Content-Type"] == APPLY_PATCH

@@ -91,6 +91,7 @@ def test_seed_objects_and_layout() -> None:
     assert set(objects) == {
         ("Namespace", "mindie-motor"),
         ("ConfigMap", "motor-config"),
+        ("Secret", "motor-controller-token"),
         ("ServiceAccount", "motor-controller"),
         ("Role", "motor-controller"),
         ("RoleBinding", "motor-controller"),
@@ -220,6 +221,21 @@ def test_addresses_use_services_and_pod_ip() -> None:
     assert env["MOTOR_CONTROLLER_URL"] == "http://controller.mindie-motor.svc.cluster.local:1027"
     assert env["MOTOR_COORDINATOR_MGMT_URL"] == "http://coordinator.mindie-motor.svc.cluster.local:1026"
     assert env["HCCL_BUFFSIZE"] == "256"
+
+
+def test_registration_token_comes_from_a_secret_unless_env_json_sets_it() -> None:
+    objects = by_kind_name(manifests_for(SIM_VARIANTS["multi-cpu-sim"], token="fixed-token"))
+    assert objects["Secret", "motor-controller-token"]["stringData"] == {"token": "fixed-token"}
+    for name in ("controller", "prefill-0", "decode-0"):
+        env = container(objects["Deployment", name])["env"]
+        token = next(item for item in env if item["name"] == "MOTOR_CONTROLLER_TOKEN")
+        assert token["valueFrom"]["secretKeyRef"] == {"name": "motor-controller-token", "key": "token"}
+    assert "MOTOR_CONTROLLER_TOKEN" not in env_of(objects["Deployment", "coordinator"])
+
+    env_json = {**SIM_ENV, "motor_common_env": {"MOTOR_CONTROLLER_TOKEN": "from-env-json"}}
+    objects = by_kind_name(manifests_for(SIM_VARIANTS["multi-cpu-sim"], env_json))
+    assert ("Secret", "motor-controller-token") not in objects
+    assert env_of(objects["Deployment", "prefill-0"])["MOTOR_CONTROLLER_TOKEN"] == "from-env-json"
 
 
 def test_config_map_holds_the_config_as_written() -> None:

@@ -3,13 +3,15 @@
 Support is detected once per run with a server-side-apply dry run (see `KubeClient.supports_server_side_apply`).
 The fallback creates each object and, when it already exists (409), updates it with a JSON merge patch of the
 whole object: the kmock emulator used in tests implements neither server-side apply nor PUT, only PATCH.
-Namespaces are only ever created, never updated. Every failure is collected with its object and reason.
+Namespaces and Secrets (the generated registration token) are only created when absent, never updated. Every
+failure is collected with its object and reason.
 """
 
 from dataclasses import dataclass, field
 
 from motor.deploy.k8s.client import KubeClient, KubeError, Manifest, describe
 
+CREATE_ONLY_KINDS = ("Secret",)
 SERVER_SIDE_APPLY = "server-side apply"
 CREATE_OR_UPDATE = "create-or-update"
 
@@ -44,7 +46,9 @@ def apply_objects(client: KubeClient, objects: list[Manifest], namespace: str) -
     result.method = SERVER_SIDE_APPLY if server_side else CREATE_OR_UPDATE
     for obj in rest:
         try:
-            if server_side:
+            if obj["kind"] in CREATE_ONLY_KINDS:
+                create_if_absent(client, obj)
+            elif server_side:
                 client.server_side_apply(obj)
             else:
                 create_or_update(client, obj)

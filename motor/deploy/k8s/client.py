@@ -46,6 +46,7 @@ RESOURCES = {
     for resource in (
         ResourceType("v1", "Namespace", "namespaces", namespaced=False),
         ResourceType("v1", "ConfigMap", "configmaps"),
+        ResourceType("v1", "Secret", "secrets"),
         ResourceType("v1", "ServiceAccount", "serviceaccounts"),
         ResourceType("rbac.authorization.k8s.io/v1", "Role", "roles"),
         ResourceType("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
@@ -54,7 +55,7 @@ RESOURCES = {
     )
 }
 # Reverse dependency order: workloads first, the config they mount last.
-DELETE_ORDER = ("Deployment", "Service", "RoleBinding", "Role", "ServiceAccount", "ConfigMap")
+DELETE_ORDER = ("Deployment", "Service", "RoleBinding", "Role", "ServiceAccount", "Secret", "ConfigMap")
 
 
 class KubeError(Exception):

@@ -2,6 +2,9 @@
 
 CONFIG_MAP = "motor-config"
 CONTROLLER_ACCOUNT = "motor-controller"
+TOKEN_SECRET = "motor-controller-token"
+TOKEN_KEY = "token"
+TOKEN_ENV = "MOTOR_CONTROLLER_TOKEN"
 
 PART_OF = "app.kubernetes.io/part-of"
 MANAGED_BY = "app.kubernetes.io/managed-by"

@@ -1,7 +1,9 @@
 """Kubernetes objects from a Plan: pure dictionaries, grouped into files.
 
 Layout (namespace = job_id): ConfigMap `motor-config` (user_config.json, env.json and the engines' store config,
-mounted at the plan's config_dir), RBAC for the controller, and for deploy_mode multi_deployment one Deployment
+mounted at the plan's config_dir), Secret `motor-controller-token` (the registration token controller and node
+managers share, unless env.json sets MOTOR_CONTROLLER_TOKEN; created once and never overwritten, so running pods
+keep agreeing), RBAC for the controller, and for deploy_mode multi_deployment one Deployment
 per component (+ a Service for the controller, the coordinator and the KV pool); node managers get one
 Deployment per engine instance with replicas = pods per instance. single_container puts every component in
 one pod (see single_container.py). Every object carries the owner labels (labels.py) plus the component's labels, so the
@@ -10,6 +12,7 @@ whole job can be found and deleted by label.
 
 import hashlib
 import json
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +26,9 @@ from motor.deploy.k8s.labels import (
     JOB_LABEL,
     NAME_LABEL,
     ROLE_LABEL,
+    TOKEN_ENV,
+    TOKEN_KEY,
+    TOKEN_SECRET,
     owner_labels,
 )
 from motor.deploy.k8s.single_container import single_container_objects
@@ -54,17 +60,25 @@ class ManifestFile:
 
 
 def build_manifests(
-    plan: Plan, topology: Topology, texts: ConfigTexts, *, create_namespace: bool = False
+    plan: Plan,
+    topology: Topology,
+    texts: ConfigTexts,
+    *,
+    create_namespace: bool = False,
+    token: str | None = None,
 ) -> list[ManifestFile]:
     """Every object of the deployment, in apply order (a file per group, numbered so `kubectl apply -f DIR`
-    keeps that order)."""
+    keeps that order). `token` fills the token Secret (default: a fresh random one)."""
     if plan.target != "kubernetes":
         raise ValueError("build_manifests needs a plan built with target='kubernetes'")
     context = ManifestContext(plan, topology, texts)
     groups: list[tuple[str, list[Manifest]]] = []
     if create_namespace:
         groups.append(("namespace", [context.namespace()]))
-    groups.append(("config", [context.config_map()]))
+    config = [context.config_map()]
+    if context.token_from_secret:
+        config.append(context.token_secret(token or secrets.token_urlsafe(32)))
+    groups.append(("config", config))
     groups.append(("controller-rbac", context.controller_rbac()))
     if plan.deploy_mode == "single_container":
         groups.append(("single-container", single_container_objects(context)))
@@ -87,6 +101,7 @@ class ManifestContext:
         self.texts = texts
         self.namespace_name = plan.job_id
         self.config_hash = hashlib.sha256(f"{texts.user}\0{texts.env}".encode()).hexdigest()
+        self.token_from_secret = TOKEN_ENV not in topology.env.motor_common_env
 
     # ---- metadata -------------------------------------------------------------------------------------------
 
@@ -124,6 +139,15 @@ class ManifestContext:
         if STORE_CONFIG_FILE in self.plan.files:
             data[STORE_CONFIG_FILE] = self.plan.files[STORE_CONFIG_FILE]
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": self.metadata(CONFIG_MAP), "data": data}
+
+    def token_secret(self, token: str) -> Manifest:
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": self.metadata(TOKEN_SECRET),
+            "type": "Opaque",
+            "stringData": {TOKEN_KEY: token},
+        }
 
     def controller_rbac(self) -> list[Manifest]:
         labels = {COMPONENT_LABEL: "controller"}
@@ -176,7 +200,7 @@ class ManifestContext:
             "image": self.deploy.image_name,
             "imagePullPolicy": "IfNotPresent",
             "command": list(component.argv),
-            "env": self.env(component.env),
+            "env": self.env(component.env, with_token=component.kind in ("controller", "node_manager")),
             "ports": [
                 {"name": name, "containerPort": port, "protocol": "TCP"}
                 for name, port in component.ports.items()
@@ -245,13 +269,14 @@ class ManifestContext:
 
     # ---- container pieces -----------------------------------------------------------------------------------
 
-    def env(self, values: dict[str, str]) -> list[Manifest]:
+    def env(self, values: dict[str, str], *, with_token: bool) -> list[Manifest]:
         """POD_IP from the downward API first, so later values can reference it as $(POD_IP)."""
-        pod_ip = {"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
-        return [
-            pod_ip,
-            *({"name": name, "value": value} for name, value in values.items() if name != POD_IP_ENV),
-        ]
+        env: list[Manifest] = [{"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+        if with_token and self.token_from_secret:
+            secret = {"secretKeyRef": {"name": TOKEN_SECRET, "key": TOKEN_KEY}}
+            env.append({"name": TOKEN_ENV, "valueFrom": secret})
+        env += ({"name": name, "value": value} for name, value in values.items() if name != POD_IP_ENV)
+        return env
 
     def probes(self, component: Component) -> Manifest:
         settings = {

@@ -32,7 +32,7 @@ def single_container_objects(context: "ManifestContext") -> list[dict[str, Any]]
         "image": context.deploy.image_name,
         "imagePullPolicy": "IfNotPresent",
         "command": ["/bin/sh", "-c", supervisor_script(plan.components, shared)],
-        "env": context.env(shared),
+        "env": context.env(shared, with_token=True),
         "ports": [
             {"name": name, "containerPort": port, "protocol": "TCP"}
             for component in plan.components
