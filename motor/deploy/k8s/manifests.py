@@ -41,6 +41,8 @@ ACCELERATOR_RESOURCE = {
     "800I_A3": "huawei.com/Ascend910",
     "nvidia-gpu": "nvidia.com/gpu",
 }
+# Where Prometheus finds /metrics: the coordinator serves it on its management port, mooncake_master on its own.
+METRICS_PORT = {"coordinator": "mgmt", "kv_pool": "metrics"}
 SERVICE_COMPONENTS = ("controller", "coordinator", "kv_pool")
 POD_IP_ENV = "POD_IP"
 
@@ -225,18 +227,35 @@ class ManifestContext:
             pod_spec["automountServiceAccountToken"] = False
         # Accelerator pods and the single pool master must not overlap during a rollout.
         recreate = component.kind in ("node_manager", "kv_pool")
-        return self.deployment_object(component.name, labels, component.replicas, pod_spec, recreate)
+        metrics = METRICS_PORT.get(component.kind)
+        return self.deployment_object(
+            component.name,
+            labels,
+            component.replicas,
+            pod_spec,
+            recreate,
+            metrics_port=component.ports[metrics] if metrics else None,
+        )
 
     def deployment_object(
-        self, name: str, labels: dict[str, str], replicas: int, pod_spec: Manifest, recreate: bool
+        self,
+        name: str,
+        labels: dict[str, str],
+        replicas: int,
+        pod_spec: Manifest,
+        recreate: bool,
+        metrics_port: int | None = None,
     ) -> Manifest:
+        annotations = {CONFIG_HASH_ANNOTATION: self.config_hash}
+        if metrics_port is not None:
+            annotations.update(scrape_annotations(metrics_port))
         spec: Manifest = {
             "replicas": replicas,
             "selector": {"matchLabels": self.selector(name)},
             "template": {
                 "metadata": {
                     "labels": {**owner_labels(self.plan.job_id), **labels},
-                    "annotations": {CONFIG_HASH_ANNOTATION: self.config_hash},
+                    "annotations": annotations,
                 },
                 "spec": pod_spec,
             },
@@ -306,6 +325,10 @@ class ManifestContext:
 
     def weight_mount(self) -> Manifest:
         return {"name": "weight", "mountPath": self.deploy.weight_mount_path, "readOnly": True}
+
+
+def scrape_annotations(port: int) -> dict[str, str]:
+    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": "/metrics"}
 
 
 def _with_deploy_mode(user_text: str, deploy_mode: str) -> str:

@@ -57,7 +57,9 @@ def single_container_objects(context: "ManifestContext") -> list[dict[str, Any]]
     labels = {NAME_LABEL: NAME, COMPONENT_LABEL: NAME}
     coordinator = plan.component(COORDINATOR)
     return [
-        context.deployment_object(NAME, labels, 1, pod_spec, recreate=True),
+        context.deployment_object(
+            NAME, labels, 1, pod_spec, recreate=True, metrics_port=coordinator.ports["mgmt"]
+        ),
         context.service(COORDINATOR, coordinator, context.component_labels(coordinator), selector_name=NAME),
     ]
 
