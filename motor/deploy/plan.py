@@ -133,7 +133,9 @@ def build_plan(
     target defaults to "local" for deploy_mode local and "kubernetes" otherwise (pass "kubernetes" to preview
     a local config as Kubernetes objects). config_dir is where the components read user_config.json, env.json
     and `Plan.files` (default: /etc/motor in Kubernetes, required locally); run_dir is where each component
-    gets its own MOTOR_RUN_DIR (`<run_dir>/<component name>`).
+    gets its own MOTOR_RUN_DIR (`<run_dir>/<component name>`; default /var/run/motor in Kubernetes, the parent
+    of config_dir locally). python is argv[0] of the motor entry points (default: this interpreter locally,
+    `python3` in the image).
     """
     user = topology.user
     deploy = user.motor_deploy_config

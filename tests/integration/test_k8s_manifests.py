@@ -13,7 +13,7 @@ from motor.config import load_config, load_documents
 from motor.deploy.k8s.manifests import ConfigTexts, build_manifests
 from motor.deploy.k8s.yaml_io import dump_all
 from motor.deploy.plan import build_plan
-from tests.integration.k8s_support import SEED_DIR, SIM_ENV, example_dirs, sim_user_config
+from tests.integration.k8s_support import SEED_DIR, SIM_ENV, example_dirs, sim_union_config, sim_user_config
 
 KUBERNETES_VERSION = "1.33.0"
 
@@ -59,6 +59,8 @@ SIM_VARIANTS = {
     ),
     "multi-no-pool": sim_user_config("multi_deployment", pool=False),
     "single-container-a3": sim_user_config("single_container", hardware_type="800I_A3", accelerators=2),
+    "multi-union": sim_union_config(),
+    "single-container-union": sim_union_config("single_container"),
 }
 
 
@@ -267,6 +269,19 @@ def test_single_container_runs_everything_in_one_pod() -> None:
     assert motor["readinessProbe"]["httpGet"] == {"path": "/readiness", "port": "mgmt"}
     service = objects["Service", "coordinator"]
     assert service["spec"]["selector"]["app.kubernetes.io/name"] == "single-container"
+
+
+def test_union_instances_get_one_deployment_each() -> None:
+    objects = by_kind_name(manifests_for(SIM_VARIANTS["multi-union"]))
+    assert {name for kind, name in objects if kind == "Deployment"} == {
+        "controller",
+        "coordinator",
+        "union-0",
+        "union-1",
+    }
+    union = objects["Deployment", "union-1"]
+    assert union["metadata"]["labels"]["motor.io/role"] == "union"
+    assert container(union)["command"][-4:] == ["--role", "union", "--index", "1"]
 
 
 def test_single_container_refuses_several_pods_per_instance() -> None:

@@ -153,3 +153,19 @@ def test_single_container_shares_one_pod() -> None:
     plan = build_plan(sim_topology("single_container"))
     assert plan.component("prefill-1").ports["nm"] == 1031
     assert plan.component("coordinator").env["MOTOR_CONTROLLER_URL"] == f"http://{POD_IP_REF}:1027"
+
+
+def test_union_instances_follow_the_aggregated_role() -> None:
+    engine = {"engine_type": "sim", "engine_config": {"served_model_name": "sim"}}
+    user = {
+        "version": "v2.0",
+        "motor_deploy_config": {"hybrid_instances_num": 2, "deploy_mode": "local", "hardware_type": "cpu"},
+        "motor_engine_union_config": engine,
+    }
+    plan = build_plan(load_documents(user, {"version": "2.0.0"}), config_dir="/c")
+    assert [(c.name, c.role, c.index) for c in plan.node_managers] == [
+        ("union-0", "union", 0),
+        ("union-1", "union", 1),
+    ]
+    assert plan.component("union-1").ports == {"nm": 1031, "engine": 10002, "engine-status": 10003}
+    assert plan.component("union-1").argv[-4:] == ("--role", "union", "--index", "1")
