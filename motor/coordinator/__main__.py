@@ -23,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _run(settings: CoordinatorSettings, roles: list[str]) -> None:
+async def _run(settings: CoordinatorSettings, roles: list[str], user_config: Path, env_config: Path) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -35,7 +35,7 @@ async def _run(settings: CoordinatorSettings, roles: list[str]) -> None:
     else:
         from motor.coordinator.supervisor import run_supervisor
 
-        await run_supervisor(settings, roles, stop)
+        await run_supervisor(settings, roles, stop, user_config, env_config)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("%s", warning)
     roles = required_roles(settings.profile, set(topology.roles))
     try:
-        uvloop.run(_run(settings, roles))
+        uvloop.run(_run(settings, roles, args.user_config.resolve(), args.env_config.resolve()))
     except (OSError, ValueError) as exc:
         print(f"motor coordinator: {exc}", file=sys.stderr)
         return 1

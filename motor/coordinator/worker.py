@@ -1,0 +1,108 @@
+"""One inference worker process of a multi-worker coordinator (started by `motor.coordinator.supervisor`).
+
+`python -m motor.coordinator.worker --user-config U --env-config E --index I --control-fd FD --state PATH`
+serves the OpenAI API on the shared inference port (SO_REUSEPORT) and decode callbacks on its own port, and
+takes its instance set from the supervisor over the control channel.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import uvloop
+from prometheus_client import CollectorRegistry
+
+from motor.config import load_config
+from motor.coordinator.app_callback import CallbackApp
+from motor.coordinator.app_infer import InferenceApp
+from motor.coordinator.control_channel import open_channel, read_message, write_message
+from motor.coordinator.core import Core
+from motor.coordinator.limits import SharedState
+from motor.coordinator.metrics import CoordinatorMetrics
+from motor.coordinator.server import listen_socket, make_server, serve
+from motor.coordinator.settings import CoordinatorSettings
+from motor.protocol.instances import Instance, InstanceEvent
+
+log = logging.getLogger("motor.coordinator.worker")
+
+
+async def _follow_supervisor(core: Core, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while True:
+        message = await read_message(reader)
+        if message is None:
+            return
+        if message.get("type") == "instances":
+            instances = [Instance.model_validate(item) for item in message["instances"]]
+            core.registry.apply(InstanceEvent(event="set", instances=instances))
+            write_message(writer, {"type": "ack", "version": message["version"]})
+            await writer.drain()
+
+
+async def run_worker(settings: CoordinatorSettings, index: int, control_fd: int, state_path: Path) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    config = settings.config
+    shared = SharedState(state_path)
+    core = Core(settings, CoordinatorMetrics(CollectorRegistry()), shared=shared, worker_index=index)
+    infer_socket = listen_socket(settings.bind_host, settings.infer_port, reuse_port=True)
+    callback_socket = listen_socket(settings.bind_host, 0)
+    callback_port = callback_socket.getsockname()[1]
+    await core.start(f"http://{settings.advertise_host}:{callback_port}")
+    reader, writer = await open_channel(socket.socket(fileno=control_fd))
+    keep_alive = config.timeout_config.keep_alive_timeout
+    level = config.logging_config.log_level
+    servers = [
+        (make_server(InferenceApp(core), keep_alive_timeout=keep_alive, log_level=level), infer_socket),
+        (make_server(CallbackApp(core), keep_alive_timeout=keep_alive, log_level=level), callback_socket),
+    ]
+    follower = asyncio.create_task(_follow_supervisor(core, reader, writer))
+    follower.add_done_callback(lambda _: stop.set())  # the supervisor is gone: stop too
+    serving = asyncio.create_task(serve(servers, stop))
+    while not all(server.started for server, _ in servers) and not serving.done():
+        await asyncio.sleep(0.01)
+    write_message(writer, {"type": "ready", "callback_port": callback_port})
+    await writer.drain()
+    log.info(
+        "worker %d serving on %s:%d (callbacks on port %d)",
+        index,
+        settings.bind_host,
+        settings.infer_port,
+        callback_port,
+    )
+    try:
+        await serving
+    finally:
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
+        await core.stop()
+        writer.close()
+        shared.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m motor.coordinator.worker", description=__doc__)
+    parser.add_argument("--user-config", required=True, type=Path)
+    parser.add_argument("--env-config", required=True, type=Path)
+    parser.add_argument("--index", required=True, type=int)
+    parser.add_argument("--control-fd", required=True, type=int)
+    parser.add_argument("--state", required=True, type=Path)
+    args = parser.parse_args(argv)
+    settings = CoordinatorSettings.from_topology(load_config(args.user_config, args.env_config))
+    logging.basicConfig(
+        level=settings.config.logging_config.log_level,
+        format=f"%(asctime)s %(levelname)s %(name)s[worker {args.index}]: %(message)s",
+    )
+    uvloop.run(run_worker(settings, args.index, args.control_fd, args.state))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

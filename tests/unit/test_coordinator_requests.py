@@ -1,0 +1,158 @@
+"""Client request validation, leg shaping per docs/kv_transfer_params.md, SSE relaying helpers."""
+
+import json
+
+import pytest
+
+from motor.coordinator.errors import HttpError
+from motor.coordinator.requests import DEFAULT_MAX_NEW_TOKENS, parse_request
+from motor.coordinator.shaping import decode_body, prefill_body
+from motor.coordinator.sse import (
+    DONE_EVENT,
+    SseSplitter,
+    error_events,
+    rewrite_usage_events,
+    set_cached_tokens,
+)
+
+MODELS = frozenset({"m"})
+
+
+def parse(api: str, body: object) -> object:
+    return parse_request(api, json.dumps(body).encode(), MODELS)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("api", "body", "param"),
+    [
+        ("completions", {"prompt": "x"}, "model"),
+        ("completions", {"model": 3, "prompt": "x"}, "model"),
+        ("completions", {"model": "m"}, "prompt"),
+        ("completions", {"model": "m", "prompt": [1, "a"]}, "prompt"),
+        ("completions", {"model": "m", "prompt": "x", "stream": "yes"}, "stream"),
+        ("completions", {"model": "m", "prompt": "x", "max_tokens": 0}, "max_tokens"),
+        ("completions", {"model": "m", "prompt": "x", "max_tokens": True}, "max_tokens"),
+        ("completions", {"model": "m", "prompt": "x", "stream_options": []}, "stream_options"),
+        ("chat", {"model": "m", "messages": []}, "messages"),
+        ("chat", {"model": "m", "messages": [{"content": "hi"}]}, "messages[0]"),
+        ("chat", {"model": "m", "messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    ],
+)
+def test_invalid_requests_are_400_naming_the_field(api: str, body: dict, param: str) -> None:
+    with pytest.raises(HttpError) as caught:
+        parse(api, body)
+    assert caught.value.status == 400
+    assert caught.value.param == param
+    error = json.loads(caught.value.body())["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"
+
+
+def test_not_json_and_not_object_are_400() -> None:
+    for raw in (b"{not json", b"[1, 2]", b"\xff\xfe"):
+        with pytest.raises(HttpError) as caught:
+            parse_request("completions", raw, MODELS)
+        assert caught.value.status == 400
+
+
+def test_unknown_model_is_404_listing_the_served_ones() -> None:
+    with pytest.raises(HttpError) as caught:
+        parse("completions", {"model": "other", "prompt": "x"})
+    assert (
+        caught.value.status == 404
+        and caught.value.code == "model_not_found"
+        and "served models: m" in caught.value.message
+    )
+
+
+def test_demand_estimates_prompt_tokens_and_output() -> None:
+    chat = parse(
+        "chat", {"model": "m", "messages": [{"role": "user", "content": "a" * 400}], "max_tokens": 7}
+    )
+    assert 100 <= chat.demand.prompt_tokens <= 103 and chat.demand.max_new_tokens == 7
+    ids = parse("completions", {"model": "m", "prompt": [[1, 2, 3], [4]], "max_completion_tokens": 3})
+    assert ids.demand.prompt_token_ids == [1, 2, 3, 4] and ids.demand.max_new_tokens == 3
+    plain = parse("completions", {"model": "m", "prompt": ["ab", "cd"], "stream": True})
+    assert plain.stream and plain.demand.max_new_tokens == DEFAULT_MAX_NEW_TOKENS
+    parts = parse(
+        "chat",
+        {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]},
+    )
+    assert "hello" in parts.demand.prompt_text
+
+
+def test_prefill_leg_shaping() -> None:
+    client = {
+        "model": "m",
+        "prompt": "x",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": 50,
+        "max_completion_tokens": 50,
+        "temperature": 0.3,
+    }
+    params = {"do_remote_decode": True, "do_remote_prefill": False}
+    shaped = json.loads(prefill_body(client, params, bootstrap_room=5))
+    assert shaped == {
+        "model": "m",
+        "prompt": "x",
+        "stream": False,
+        "max_tokens": 1,
+        "max_completion_tokens": 1,
+        "min_tokens": 1,
+        "temperature": 0.3,
+        "kv_transfer_params": params,
+        "bootstrap_room": 5,
+    }
+    without = json.loads(prefill_body({"model": "m", "prompt": "x"}, None))
+    assert "max_completion_tokens" not in without and "kv_transfer_params" not in without
+    assert client["stream"] is True and client["max_tokens"] == 50, "the client's body is not modified"
+
+
+def test_decode_leg_gets_the_client_body_plus_exactly_the_prefill_params() -> None:
+    client = {"model": "m", "prompt": "x", "stream": True, "max_tokens": 9, "kv_transfer_params": {"evil": 1}}
+    returned = {"do_remote_prefill": True, "remote_engine_id": "p0", "remote_block_keys": ["k"]}
+    assert json.loads(decode_body(client, returned)) == {**client, "kv_transfer_params": returned}
+    assert "kv_transfer_params" not in json.loads(decode_body(client, None)), "omitted when P returned none"
+
+
+def test_sse_splitter_relays_whole_events_only() -> None:
+    splitter = SseSplitter()
+    assert splitter.feed(b'data: {"a"') == b""
+    assert splitter.feed(b': 1}\n\ndata: {"b": 2}\n') == b'data: {"a": 1}\n\n'
+    assert splitter.feed(b"\n" + DONE_EVENT) == b'data: {"b": 2}\n\n' + DONE_EVENT
+    assert splitter.done and splitter.events == 3
+
+
+def test_usage_rewrite_sets_the_prefill_cached_tokens() -> None:
+    usage_event = (
+        b'data: {"id": "x", "choices": [], "usage": {"prompt_tokens": 30, "completion_tokens": 2}}\n\n'
+    )
+    events = b'data: {"id": "x", "choices": [{"text": "a"}]}\n\n' + usage_event + DONE_EVENT
+    rewritten = rewrite_usage_events(events, 16)
+    chunks = [json.loads(e[6:]) for e in rewritten.split(b"\n\n") if e.startswith(b"data: {")]
+    assert chunks[0] == {"id": "x", "choices": [{"text": "a"}]}
+    assert chunks[1]["usage"] == {
+        "prompt_tokens": 30,
+        "completion_tokens": 2,
+        "prompt_tokens_details": {"cached_tokens": 16},
+    }
+    assert rewritten.endswith(DONE_EVENT)
+    response = {
+        "usage": {"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": 3, "audio_tokens": 0}}
+    }
+    set_cached_tokens(response, 0)
+    assert response["usage"]["prompt_tokens_details"] == {"cached_tokens": 0, "audio_tokens": 0}
+
+
+def test_error_events_end_the_stream_explicitly() -> None:
+    events = error_events("engine died", "upstream_error", "upstream_failed")
+    first, rest = events.split(b"\n\n", 1)
+    assert json.loads(first[6:]) == {
+        "error": {
+            "message": "engine died",
+            "type": "upstream_error",
+            "param": None,
+            "code": "upstream_failed",
+        }
+    }
+    assert rest == DONE_EVENT

@@ -1,0 +1,98 @@
+"""API keys (plain and PBKDF2 records) and the token bucket / in-flight limits, including across processes."""
+
+import hashlib
+import multiprocessing
+import time
+from pathlib import Path
+
+import pytest
+
+from motor.config.models import ApiKeyConfig
+from motor.coordinator.auth import ApiKeyVerifier, hash_api_key
+from motor.coordinator.errors import HttpError
+from motor.coordinator.limits import InFlightLimit, SharedState, TokenBucket
+
+
+async def check(verifier: ApiKeyVerifier, headers: list[tuple[bytes, bytes]]) -> int:
+    try:
+        await verifier.check(headers)
+    except HttpError as error:
+        return error.status
+    return 200
+
+
+async def test_plain_and_hashed_keys() -> None:
+    record = hash_api_key("s3cret", iterations=1000, salt="pepper")
+    salt, iterations, digest = record.split(":")
+    assert digest == hashlib.pbkdf2_hmac("sha256", b"s3cret", b"pepper", 1000).hex() and iterations == "1000"
+    verifier = ApiKeyVerifier(ApiKeyConfig(enable_api_key=True, valid_keys=["plain-key", record]))
+    assert await check(verifier, [(b"authorization", b"Bearer plain-key")]) == 200
+    assert await check(verifier, [(b"authorization", b"bearer s3cret")]) == 200
+    assert await check(verifier, [(b"authorization", b"Bearer s3cret")]) == 200, "cached verdict"
+    assert await check(verifier, [(b"authorization", b"Bearer wrong")]) == 403
+    assert await check(verifier, [(b"authorization", b"Bearer " + record.encode())]) == 403, (
+        "the record is no key"
+    )
+    assert await check(verifier, []) == 401
+    assert await check(verifier, [(b"authorization", b"plain-key")]) == 401, "without the prefix"
+    assert await check(verifier, [(b"authorization", b"Bearer ")]) == 401
+
+
+async def test_missing_key_challenge_and_custom_header() -> None:
+    verifier = ApiKeyVerifier(
+        ApiKeyConfig(enable_api_key=True, valid_keys=["k"], header_name="X-Api-Key", key_prefix="")
+    )
+    assert await check(verifier, [(b"x-api-key", b"k")]) == 200
+    with pytest.raises(HttpError) as caught:
+        await verifier.check([(b"authorization", b"Bearer k")])
+    assert caught.value.status == 401
+    assert any(name == b"www-authenticate" for name, _ in caught.value.headers)
+
+
+def test_enabled_without_keys_is_refused_at_start() -> None:
+    with pytest.raises(ValueError, match="valid_keys is empty"):
+        ApiKeyVerifier(ApiKeyConfig(enable_api_key=True, valid_keys=[]))
+
+
+def test_token_bucket_refills_at_capacity_per_window() -> None:
+    bucket = TokenBucket(3, 0.3)  # 10 tokens per second
+    assert [bucket.try_take()[0] for _ in range(4)] == [True, True, True, False]
+    time.sleep(0.15)
+    assert bucket.try_take()[0]
+
+
+def _take_all(path: str, queue: "multiprocessing.Queue[int]") -> None:
+    state = SharedState(Path(path))
+    bucket = TokenBucket(50, 3600.0, state)
+    queue.put(sum(bucket.try_take()[0] for _ in range(40)))
+
+
+def test_token_bucket_holds_across_processes(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    SharedState.create(path, initial_tokens=50)
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    workers = [context.Process(target=_take_all, args=(str(path), queue)) for _ in range(3)]
+    for worker in workers:
+        worker.start()
+    granted = [queue.get(timeout=30) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=30)
+    assert sum(granted) == 50, granted
+
+
+def test_in_flight_limit_counts_every_worker_slot(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    SharedState.create(path, initial_tokens=0)
+    first = InFlightLimit(3, SharedState(path), slot=0)
+    second = InFlightLimit(3, SharedState(path), slot=1)
+    assert first.try_enter() and first.try_enter() and second.try_enter()
+    assert not second.try_enter() and not first.try_enter()
+    first.leave()
+    assert second.try_enter()
+    SharedState(path).zero_slot(1)  # a dead worker's slot is cleared by the supervisor
+    assert first.try_enter()
+    local = InFlightLimit(1)
+    assert local.try_enter() and not local.try_enter()
+    unlimited = InFlightLimit(None)
+    assert all(unlimited.try_enter() for _ in range(100))
