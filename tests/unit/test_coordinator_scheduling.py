@@ -68,7 +68,7 @@ def test_smallest_excluding_skips_excluded_instances() -> None:
 
 
 def test_round_robin_cycles_and_skips_failed_instances() -> None:
-    scheduler, targets = scheduler_with("round_robin", 3)
+    scheduler, _ = scheduler_with("round_robin", 3)
     picks = [scheduler.pick("prefill", demand()) for _ in range(6)]
     assert [t.instance_id for t in picks] == ["i0", "i1", "i2", "i0", "i1", "i2"]
     assert scheduler.pick("prefill", demand(), {"i0"}).instance_id == "i1"
@@ -115,9 +115,7 @@ def test_prefix_affinity_returns_to_the_instance_that_saw_the_prefix() -> None:
 
 
 def test_prefix_affinity_load_guard_spills_a_hot_prefix() -> None:
-    scheduler, targets = scheduler_with(
-        "prefix_affinity", 3, affinity_block_size=4, affinity_max_load_ratio=2.0
-    )
+    scheduler, _ = scheduler_with("prefix_affinity", 3, affinity_block_size=4, affinity_max_load_ratio=2.0)
     prompt = "hot prefix " * 50
     owner = scheduler.pick("prefill", demand(prompt, tokens=100))
     scheduler.allocate(owner, 90, 0)  # 90 + 100 is within 2 × (0 + 100), counting the request: stays
@@ -144,7 +142,7 @@ def test_block_hashes_are_chained_and_cover_full_blocks_only() -> None:
     assert (
         text_block_hashes("abcdefgh" + "12345678", 2)[1] != text_block_hashes("zzzzzzzz" + "12345678", 2)[1]
     )
-    assert token_block_hashes(list(range(10)), 4) == token_block_hashes(list(range(8)) + [99], 4)
+    assert token_block_hashes(list(range(10)), 4) == token_block_hashes([*range(8), 99], 4)
 
 
 def test_registry_targets_follow_add_del_set_and_keep_their_load() -> None:

@@ -23,7 +23,7 @@ async def check(verifier: ApiKeyVerifier, headers: list[tuple[bytes, bytes]]) ->
 
 async def test_plain_and_hashed_keys() -> None:
     record = hash_api_key("s3cret", iterations=1000, salt="pepper")
-    salt, iterations, digest = record.split(":")
+    _, iterations, digest = record.split(":")
     assert digest == hashlib.pbkdf2_hmac("sha256", b"s3cret", b"pepper", 1000).hex() and iterations == "1000"
     verifier = ApiKeyVerifier(ApiKeyConfig(enable_api_key=True, valid_keys=["plain-key", record]))
     assert await check(verifier, [(b"authorization", b"Bearer plain-key")]) == 200
