@@ -1,0 +1,103 @@
+"""`motor deploy/status/stop` hand local configs to the local backend with a local plan."""
+
+import json
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from motor.cli.main import main
+from motor.config import Topology
+from motor.deploy.plan import Plan
+
+SIM_ENGINE = {
+    "engine_type": "sim",
+    "engine_config": {
+        "served_model_name": "sim",
+        "kv_transfer_config": {"kv_connector": "MooncakeConnectorV1"},
+    },
+}
+SIM_USER = {
+    "version": "v2.0",
+    "motor_deploy_config": {
+        "p_instances_num": 1,
+        "d_instances_num": 1,
+        "deploy_mode": "local",
+        "job_id": "demo",
+    },
+    "motor_engine_prefill_config": SIM_ENGINE,
+    "motor_engine_decode_config": SIM_ENGINE,
+}
+
+
+@pytest.fixture
+def config_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "config"
+    directory.mkdir()
+    (directory / "user_config.json").write_text(json.dumps(SIM_USER))
+    (directory / "env.json").write_text(json.dumps({"version": "2.0.0"}))
+    return directory
+
+
+@pytest.fixture
+def local_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...]]]:
+    """Stands in for motor.deploy.local (another part of motor) and records what the CLI hands it."""
+    calls: list[tuple[str, tuple[Any, ...]]] = []
+    module = types.ModuleType("motor.deploy.local")
+
+    def recorder(name: str, code: int):  # type: ignore[no-untyped-def]
+        def record(*args: Any) -> int:
+            calls.append((name, args))
+            return code
+
+        return record
+
+    module.deploy_local = recorder("deploy_local", 0)  # type: ignore[attr-defined]
+    module.status_local = recorder("status_local", 0)  # type: ignore[attr-defined]
+    module.stop_local = recorder("stop_local", 3)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "motor.deploy.local", module)
+    return calls
+
+
+def test_deploy_local_gets_a_local_plan_under_the_run_root(
+    config_dir: Path,
+    tmp_path: Path,
+    local_calls: list[tuple[str, tuple[Any, ...]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MOTOR_RUN_ROOT", str(tmp_path / "runs"))
+    assert main(["deploy", "--config-dir", str(config_dir)]) == 0
+    [(name, (plan, topology, run_root))] = local_calls
+    assert name == "deploy_local"
+    assert isinstance(plan, Plan) and isinstance(topology, Topology)
+    assert run_root == tmp_path / "runs"
+    assert plan.target == "local"
+    assert plan.config_dir == str(tmp_path / "runs" / "demo" / "config")
+    assert plan.run_dir == str(tmp_path / "runs" / "demo")
+    assert [c.name for c in plan.node_managers] == ["prefill-0", "decode-0"]
+
+
+def test_status_and_stop_pass_the_job_and_exit_code(
+    config_dir: Path, tmp_path: Path, local_calls: list[tuple[str, tuple[Any, ...]]]
+) -> None:
+    assert main(["status", "--run-root", str(tmp_path / "r")]) == 0
+    assert main(["stop", "--config-dir", str(config_dir), "--run-root", str(tmp_path / "r")]) == 3
+    assert local_calls == [("status_local", (tmp_path / "r", None)), ("stop_local", (tmp_path / "r", "demo"))]
+
+
+def test_missing_local_backend_is_a_clear_error(
+    config_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "motor.deploy.local", types.ModuleType("motor.deploy.local"))
+    assert main(["deploy", "--config-dir", str(config_dir)]) == 1
+    assert "local backend not available yet" in capsys.readouterr().err
+
+
+def test_update_flags_are_for_kubernetes_only(
+    config_dir: Path, local_calls: list[tuple[str, tuple[Any, ...]]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["deploy", "--config-dir", str(config_dir), "--update-config"]) == 2
+    assert "act on Kubernetes deployments" in capsys.readouterr().err
+    assert local_calls == []
