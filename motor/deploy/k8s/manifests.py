@@ -1,13 +1,13 @@
 """Kubernetes objects from a Plan: pure dictionaries, grouped into files.
 
-Layout (namespace = job_id): ConfigMap `motor-config` (user_config.json, env.json and the engines' store config,
-mounted at the plan's config_dir), Secret `motor-controller-token` (the registration token controller and node
-managers share, unless env.json sets MOTOR_CONTROLLER_TOKEN; created once and never overwritten, so running pods
-keep agreeing), RBAC for the controller, and for deploy_mode multi_deployment one Deployment
-per component (+ a Service for the controller, the coordinator and the KV pool); node managers get one
-Deployment per engine instance with replicas = pods per instance. single_container puts every component in
-one pod (see single_container.py). Every object carries the owner labels (labels.py) plus the component's labels, so the
-whole job can be found and deleted by label.
+Layout (namespace = job_id): ConfigMap `motor-config` (user_config.json, env.json and the engines' store
+config, mounted at the plan's config_dir); Secret `motor-controller-token` (the registration token controller
+and node managers share, unless env.json sets MOTOR_CONTROLLER_TOKEN; created once and never overwritten, so
+running pods keep agreeing); RBAC for the controller; for deploy_mode multi_deployment one Deployment per
+component (+ a Service for the controller, the coordinator and the KV pool), node managers getting one
+Deployment per engine instance with replicas = pods per instance. single_container puts every component in one
+pod (see single_container.py). Every object carries the owner labels (labels.py) plus its component's labels,
+so the whole job can be found and deleted by label.
 """
 
 import hashlib
