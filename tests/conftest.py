@@ -1,4 +1,6 @@
 pytest_plugins: list[str] = [
     "tests.fixtures.control",
     "tests.fixtures.etcd",
+    "tests.fixtures.pool",
+    "tests.fixtures.sim",
 ]

@@ -42,6 +42,8 @@ Value = bytes | bytearray | memoryview
 class StoreError(Exception):
     """A store operation failed; the message says what failed and how to fix it."""
 
+    code: int | None
+
     def __init__(self, message: str, code: int | None = None) -> None:
         super().__init__(message)
         self.code = code
