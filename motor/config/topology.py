@@ -111,6 +111,7 @@ def build_topology(user: UserConfig, env: EnvConfig, raw_pool_present: bool, war
     engine_env = _engine_env(env, sections, pool, issues)
     if pool is not None:
         _check_lease(pool, env, sections, issues)
+        _check_protocol(pool, user, issues)
 
     roles: dict[Role, RoleSpec] = {}
     for role, (path, section) in sections.items():
@@ -347,6 +348,21 @@ def _check_lease(
                         "a KV object's lease must outlive the engines' transfer; raise the lease or lower the timeout",
                     )
                 )
+
+
+ACCELERATOR_PROTOCOLS = {"ascend", "rdma"}
+
+
+def _check_protocol(pool: KvCachePoolConfig, user: UserConfig, issues: list[ConfigIssue]) -> None:
+    hardware = user.motor_deploy_config.hardware_type
+    if hardware == "cpu" and pool.protocol in ACCELERATOR_PROTOCOLS:
+        issues.append(
+            ConfigIssue(
+                "kv_cache_pool_config.protocol",
+                f"{pool.protocol!r} needs accelerator/RDMA hardware but motor_deploy_config.hardware_type is 'cpu'; "
+                'set "protocol": "tcp"',
+            )
+        )
 
 
 def _check_local(

@@ -367,3 +367,11 @@ def test_versions_are_checked():
     issues = issues_of(user, env)
     assert "version" in issues
     assert "env.json:version" in issues
+
+
+def test_accelerator_protocol_on_cpu_is_an_error():
+    user, env = seed()
+    user["motor_deploy_config"]["hardware_type"] = "cpu"
+    assert 'set "protocol": "tcp"' in issues_of(user, env)["kv_cache_pool_config.protocol"]
+    user["kv_cache_pool_config"]["protocol"] = "tcp"
+    load_documents(user, env)
