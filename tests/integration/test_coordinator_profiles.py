@@ -1,0 +1,193 @@
+"""Every dispatch profile end to end through a real coordinator process, sim engines and a real
+mooncake_master: stream and not, completions and chat; PD tokens equal the aggregated tokens (and the
+simulator's oracle); the client sees one normal OpenAI response with the prefill's cached tokens."""
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fixtures.coordinator import (
+    StartCoordinator,
+    coordinator_metric,
+    coordinators,  # noqa: F401 (fixture)
+    sim_instance,
+    sse_chunks,
+    wait_engine_idle,
+)
+from tests.fixtures.pool import RunningPool
+from tests.fixtures.sim import SimEngine, expected_tokens, start_sim_engine
+
+_words = itertools.count()
+MAX_TOKENS = 10
+SEED = 5
+
+
+def fresh_prompt(words: int = 45) -> str:
+    return " ".join(f"c{next(_words)}z" for _ in range(words))
+
+
+@dataclass
+class Engines:
+    prefill: SimEngine
+    decode: SimEngine
+    union: SimEngine  # kv_both without a pool: the aggregated reference, always recomputes
+
+
+@pytest.fixture(scope="module")
+def engines(
+    shared_mooncake_master: RunningPool, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Engines]:
+    logs = tmp_path_factory.mktemp("coordinator-profiles")
+    store = shared_mooncake_master.store_config
+    started = [
+        start_sim_engine(logs, kv_role="kv_producer", engine_id="prefill-0", store_config=store, wait=False),
+        start_sim_engine(
+            logs,
+            kv_role="kv_consumer",
+            engine_id="decode-0",
+            store_config=store,
+            extra_args=["--kv-wait-timeout-s", "5"],
+            wait=False,
+        ),
+        start_sim_engine(logs, kv_role="kv_both", engine_id="union-0", wait=False),
+    ]
+    try:
+        for engine in started:
+            engine.wait_ready()
+        yield Engines(*started)
+    finally:
+        for engine in started:
+            engine.stop()
+
+
+def client_body(prompt: str, endpoint: str, stream: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": "sim-model",
+        "max_tokens": MAX_TOKENS,
+        "seed": SEED,
+        "temperature": 1.0,
+        "ignore_eos": True,
+        "return_token_ids": True,
+        "stream": stream,
+    }
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    if endpoint == "completions":
+        body["prompt"] = prompt
+    else:
+        body["messages"] = [{"role": "user", "content": prompt}]
+    return body
+
+
+async def reference_tokens(
+    http: httpx.AsyncClient, union: SimEngine, body: dict[str, Any], endpoint: str
+) -> list[int]:
+    """Tokens of the aggregated path straight from the engine, checked against the oracle."""
+    response = await http.post(
+        f"{union.base_url}/v1/{endpoint}", json=body | {"stream": False, "stream_options": None}
+    )
+    assert response.status_code == 200, response.text
+    payload = response.json()
+    tokens = payload["choices"][0]["token_ids"]
+    prompt_ids = payload.get("prompt_token_ids") or payload["choices"][0]["prompt_token_ids"]
+    assert tokens == expected_tokens(prompt_ids, max_tokens=MAX_TOKENS, seed=SEED, ignore_eos=True)
+    return tokens
+
+
+async def check_requests(http: httpx.AsyncClient, engines: Engines, profile: str) -> None:
+    # The reference must not warm the serving engine's prefix cache: the aggregated coordinator serves from
+    # the union engine, so its reference comes from another engine (the prefill one, asked directly).
+    reference = engines.prefill if profile == "aggregated" else engines.union
+    for endpoint in ("completions", "chat/completions"):
+        for stream in (False, True):
+            body = client_body(fresh_prompt(), endpoint, stream)
+            expected = await reference_tokens(http, reference, body, endpoint)
+            request_id = f"{profile}-{endpoint.replace('/', '-')}-{stream}"
+            response = await http.post(f"/v1/{endpoint}", json=body, headers={"X-Request-Id": request_id})
+            assert response.status_code == 200, response.text
+            assert response.headers["x-request-id"] == request_id
+            if stream:
+                assert response.headers["content-type"].startswith("text/event-stream")
+                assert response.text.endswith("data: [DONE]\n\n")
+                chunks = sse_chunks(response.text)
+                tokens = [t for c in chunks if c["choices"] for t in c["choices"][0].get("token_ids") or []]
+                usage = chunks[-1]["usage"]
+                assert all(c["id"].endswith(request_id) for c in chunks)
+            else:
+                payload = response.json()
+                tokens = payload["choices"][0]["token_ids"]
+                usage = payload["usage"]
+                assert payload["id"].endswith(request_id)
+                assert "kv_transfer_params" not in payload or profile == "aggregated"
+            assert tokens == expected, f"{profile} {endpoint} stream={stream}"
+            assert usage["completion_tokens"] == MAX_TOKENS
+            # A fresh prompt: the prefill (or the aggregated engine) computed every token itself.
+            assert usage["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+@pytest.mark.parametrize("profile", ["prefill_first", "decode_first", "concurrent"])
+async def test_pd_profile_matches_the_aggregated_tokens(
+    engines: Engines,
+    coordinators: StartCoordinator,
+    profile: str,  # noqa: F811
+) -> None:
+    coordinator = coordinators(profile=profile)
+    coordinator.register([sim_instance(engines.prefill, "prefill"), sim_instance(engines.decode, "decode")])
+    async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:
+        await check_requests(http, engines, profile)
+
+        # The same prompt again: the prefill's own prefix cache serves part of it, and the client sees the
+        # prefill's count (the decode received every prompt token and would report all of them).
+        body = client_body(fresh_prompt(), "completions", False)
+        expected = await reference_tokens(http, engines.union, body, "completions")
+        first = (await http.post("/v1/completions", json=body)).json()
+        again = (await http.post("/v1/completions", json=body)).json()
+        assert first["choices"][0]["token_ids"] == again["choices"][0]["token_ids"] == expected
+        assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        cached = again["usage"]["prompt_tokens_details"]["cached_tokens"]
+        assert 0 < cached < again["usage"]["prompt_tokens"]
+
+    for engine in (engines.prefill, engines.decode):
+        wait_engine_idle(engine)
+    assert (
+        coordinator_metric(coordinator, 'motor_coordinator_requests_total{route="completions",status="200"}')
+        == 4
+    )
+    assert coordinator_metric(coordinator, 'motor_coordinator_leg_seconds_count{leg="prefill"}') == 6
+    assert coordinator_metric(coordinator, 'motor_coordinator_leg_seconds_count{leg="decode"}') == 6
+    assert coordinator_metric(coordinator, 'motor_coordinator_leg_seconds_count{leg="kv_wait"}') == 6
+    assert coordinator_metric(coordinator, "motor_coordinator_overhead_seconds_count") == 6
+    assert coordinator_metric(coordinator, "motor_coordinator_ttft_seconds_count") == 2
+    assert coordinator_metric(coordinator, "motor_coordinator_retries_total") == 0
+
+
+async def test_aggregated_profile(engines: Engines, coordinators: StartCoordinator) -> None:  # noqa: F811
+    coordinator = coordinators(profile="aggregated")
+    coordinator.register([sim_instance(engines.union, "union")])
+    async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:
+        await check_requests(http, engines, "aggregated")
+    wait_engine_idle(engines.union)
+    assert coordinator_metric(coordinator, 'motor_coordinator_leg_seconds_count{leg="aggregated"}') == 4
+    assert coordinator_metric(coordinator, 'motor_coordinator_leg_seconds_count{leg="prefill"}') == 0
+
+
+async def test_pd_profile_falls_back_to_aggregated_on_prefill_instances(
+    engines: Engines,
+    coordinators: StartCoordinator,  # noqa: F811
+) -> None:
+    coordinator = coordinators(profile="prefill_first")
+    coordinator.register([sim_instance(engines.prefill, "prefill")])
+    status, readiness = coordinator.mgmt_get("/readiness")
+    assert status == 200 and readiness["ready"] is False and readiness["missing_roles"] == ["decode"]
+    assert readiness["serving"] == "aggregated (fallback on prefill instances)"
+    async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:
+        body = client_body(fresh_prompt(), "completions", False)
+        expected = await reference_tokens(http, engines.union, body, "completions")
+        response = await http.post("/v1/completions", json=body)
+        assert response.status_code == 200, response.text
+        assert response.json()["choices"][0]["token_ids"] == expected
+    assert coordinator_metric(coordinator, 'motor_coordinator_leg_seconds_count{leg="aggregated"}') == 1
