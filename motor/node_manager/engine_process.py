@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -10,9 +11,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from motor.protocol.node_manager import EngineProcessRecord
+
 log = logging.getLogger(__name__)
 
-STOP_GRACE_S = 10.0
+STOP_GRACE_S = 25.0  # longer than the engine server's own SIGTERM → SIGKILL delay (20 s)
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 @dataclass(frozen=True)
@@ -21,6 +26,19 @@ class EngineCommand:
     env: dict[str, str]  # on top of the node manager's own environment
     files: dict[str, str]  # written before every start
     log_path: Path
+    pid_path: Path  # an EngineProcessRecord of the running engine
+
+
+def start_ticks(pid: int) -> int:
+    """When `pid` started (clock ticks since boot): with the pid, identifies one process for its lifetime."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _terminate_with_parent() -> None:
+    """In the child before exec: the kernel SIGTERMs the engine server if the node manager dies, even by
+    SIGKILL, so no engine outlives its node manager unsupervised."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 class EngineProcess:
@@ -47,7 +65,10 @@ class EngineProcess:
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_terminate_with_parent,
             )
+        record = EngineProcessRecord(pid=self._popen.pid, start_ticks=start_ticks(self._popen.pid))
+        self._command.pid_path.write_text(record.model_dump_json(), encoding="utf-8")
         log.info("engine started, pid %d: %s", self._popen.pid, " ".join(self._command.argv))
         return self._popen.pid
 
@@ -73,6 +94,7 @@ class EngineProcess:
         if popen.poll() is None:
             await asyncio.to_thread(popen.wait, 5.0)
         self._popen = None
+        self._command.pid_path.unlink(missing_ok=True)
         log.info("engine pid %d stopped (exit code %s)", pgid, popen.returncode)
 
     @staticmethod

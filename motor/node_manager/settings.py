@@ -11,6 +11,7 @@ from motor.engine.launch import LaunchError, engine_launch, served_model_name
 from motor.kv.pool import engine_store_config
 from motor.node_manager.engine_process import EngineCommand
 from motor.protocol.instances import Endpoint, InstanceRole
+from motor.protocol.node_manager import ENGINE_PID_FILE
 
 TOKEN_VAR = "MOTOR_CONTROLLER_TOKEN"
 CONTROLLER_VAR = "MOTOR_CONTROLLER_URL"
@@ -110,6 +111,8 @@ def node_settings(
         controller_url=controller_url.rstrip("/"),
         token=token,
         heartbeat_interval=nm.basic_config.heartbeat_interval_seconds,
-        engine=EngineCommand(launch.argv, launch.env, launch.files, run_dir / "engine.log"),
+        engine=EngineCommand(
+            launch.argv, launch.env, launch.files, run_dir / "engine.log", run_dir / ENGINE_PID_FILE
+        ),
         log_level=nm.logging_config.log_level,
     )

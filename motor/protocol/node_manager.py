@@ -29,3 +29,14 @@ class NodeManagerStatus(Message):
     engine_pid: int | None = None
     engine_restarts: int = Field(ge=0)
     registered: bool = Field(description="the controller acknowledged this node manager's registration")
+
+
+ENGINE_PID_FILE = "engine.pid"
+
+
+class EngineProcessRecord(Message):
+    """`engine.pid` in the node manager's MOTOR_RUN_DIR, rewritten at every engine start: lets whoever deployed
+    the node manager find (and verify, by start time) an engine process group that outlived it."""
+
+    pid: int
+    start_ticks: int = Field(description="field 22 of /proc/<pid>/stat: start time in clock ticks since boot")

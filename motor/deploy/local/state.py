@@ -1,0 +1,69 @@
+"""The run directory `<run_root>/<job_id>/` and its `state.json`: what a local deploy started, so that status
+and stop can find (and verify) exactly those processes later."""
+
+import json
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+STATE_FILE = "state.json"
+LOG_DIR = "logs"
+
+
+class ProcessRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    kind: str
+    pid: int
+    start_ticks: int  # /proc start time: a reused pid has a different one
+    argv: list[str]
+    ports: dict[str, int]
+    log: str
+    started_at: float  # epoch seconds
+    probe_url: str  # answers 200 while the component is fine
+
+
+class RunState(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str
+    run_dir: str
+    config_dir: str
+    created_at: float
+    token: str
+    controller_url: str
+    coordinator_url: str
+    coordinator_mgmt_url: str
+    pool_metrics_url: str | None = None
+    components: list[ProcessRecord] = []
+
+
+def job_dir(run_root: Path, job_id: str) -> Path:
+    return Path(run_root).resolve() / job_id
+
+
+def state_path(run_dir: Path) -> Path:
+    return Path(run_dir) / STATE_FILE
+
+
+def read_state(run_dir: Path) -> RunState | None:
+    path = state_path(run_dir)
+    if not path.exists():
+        return None
+    return RunState.model_validate_json(path.read_text(encoding="utf-8"))
+
+
+def write_state(state: RunState) -> None:
+    """Atomically, readable only by the owner (it holds the controller token)."""
+    path = state_path(Path(state.run_dir))
+    temporary = path.with_suffix(".tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(state.model_dump(mode="json"), indent=2) + "\n")
+    os.replace(temporary, path)
+
+
+def remove_state(run_dir: Path) -> None:
+    state_path(run_dir).unlink(missing_ok=True)
