@@ -3,7 +3,7 @@
 The engine section's `engine_config` holds the engine's own CLI options. They become flags the way vLLM's
 argument parser expects them: keys normalised to dashes, `true` → bare flag, `false` and `null` → omitted,
 an object → one JSON string, a list → the flag followed by every value. motor then injects what it owns:
-host and port, the served model name, `engine_id` = the instance id on the transfer connector, and the KV
+host and port, the served model name, `engine_id` = the instance id (the transfer connector's), and the KV
 pool store config (a JSON file named by `MOONCAKE_CONFIG_PATH`).
 
 Every engine runs under `python -m motor.engine.server`, which starts the engine as its child process and
@@ -24,6 +24,10 @@ STORE_CONFIG_ENV = "MOONCAKE_CONFIG_PATH"
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 SIM_MODULE = "motor.engine.sim"
 SERVER_MODULE = "motor.engine.server"
+# vLLM's MooncakeConnector: the producer serves a bootstrap endpoint that decode engines pull KV through.
+BOOTSTRAP_CONNECTORS = frozenset({"MooncakeConnector"})
+BOOTSTRAP_PORT_ENV = "VLLM_MOONCAKE_BOOTSTRAP_PORT"
+PRODUCER_ROLES = frozenset({"kv_producer", "kv_both"})
 
 
 class LaunchError(ValueError):
@@ -35,6 +39,7 @@ class EngineLaunch:
     argv: list[str]
     env: dict[str, str]  # set on top of the inherited environment
     files: dict[str, str]  # path -> content, written before the engine starts
+    bootstrap_port: int | None = None  # where decode engines reach this producer's KV bootstrap (concurrent)
 
 
 def engine_launch(
@@ -47,8 +52,13 @@ def engine_launch(
     store_config: dict[str, Any] | None,
     run_dir: Path,
     python: str = sys.executable,
+    bootstrap_port: int | None = None,
 ) -> EngineLaunch:
-    """The command, environment and files that start instance `instance_id` of `spec.role`."""
+    """The command, environment and files that start instance `instance_id` of `spec.role`.
+
+    `bootstrap_port` is for producers whose transfer connector serves a KV bootstrap endpoint (MooncakeConnector);
+    without it the transfer connector's `kv_port` is used, which suits one producer per host.
+    """
     if spec.engine_type == "sglang":
         raise LaunchError(
             f"{spec.section_path}.engine_type: 'sglang' is not supported yet by motor's engine launcher; "
@@ -78,9 +88,13 @@ def engine_launch(
         path = Path(run_dir) / f"{instance_id}.mooncake.json"
         files[str(path)] = json.dumps(store_config, indent=2) + "\n"
         env[STORE_CONFIG_ENV] = str(path)
+    served_bootstrap = None
     if spec.engine_type == "vllm":
         # Keeps the connectors' transfer engines and side channels on the advertised address.
         env.setdefault("VLLM_HOST_IP", host)
+        if transfer is not None and needs_bootstrap(transfer):
+            served_bootstrap = bootstrap_port or _kv_port(transfer, spec.section_path)
+            env[BOOTSTRAP_PORT_ENV] = str(served_bootstrap)
 
     module = VLLM_MODULE if spec.engine_type == "vllm" else SIM_MODULE
     engine_argv = [python, "-m", module, *option_flags(options)]
@@ -98,7 +112,7 @@ def engine_launch(
         str(status_port),
         "--",
     ]
-    return EngineLaunch(argv=[*wrapper, *engine_argv], env=env, files=files)
+    return EngineLaunch(argv=[*wrapper, *engine_argv], env=env, files=files, bootstrap_port=served_bootstrap)
 
 
 def normalised_options(engine_config: dict[str, Any]) -> dict[str, Any]:
@@ -162,12 +176,45 @@ def transfer_config(engine_config: dict[str, Any]) -> dict[str, Any] | None:
     return json.loads(raw) if isinstance(raw, str) else raw
 
 
+def transfer_connector(config: dict[str, Any]) -> dict[str, Any]:
+    """The connector that moves KV between P and D: MultiConnector's first sub-connector, else the config."""
+    if config.get("kv_connector") == MULTI_CONNECTOR:
+        connectors = (config.get("kv_connector_extra_config") or {}).get("connectors") or [{}]
+        return connectors[0] if isinstance(connectors[0], dict) else {}
+    return config
+
+
+def needs_bootstrap(config: dict[str, Any]) -> bool:
+    transfer = transfer_connector(config)
+    role = transfer.get("kv_role") or config.get("kv_role")
+    return transfer.get("kv_connector") in BOOTSTRAP_CONNECTORS and role in PRODUCER_ROLES
+
+
+def _kv_port(config: dict[str, Any], section_path: str) -> int:
+    raw = transfer_connector(config).get("kv_port")
+    try:
+        port = int(raw)
+    except (TypeError, ValueError):
+        port = 0
+    if not 1 <= port <= 65535:
+        raise LaunchError(
+            f"{section_path}.engine_config.kv_transfer_config: {transfer_connector(config).get('kv_connector')} "
+            f"on a producer serves a KV bootstrap endpoint and needs a port: set kv_port (1..65535) on the "
+            f"transfer connector (got {raw!r})"
+        )
+    return port
+
+
 def with_engine_id(config: dict[str, Any], engine_id: str) -> dict[str, Any]:
-    """Copy of a kv_transfer_config with engine_id on the top level and on the transfer connector."""
+    """Copy of a kv_transfer_config naming `engine_id` on its top level.
+
+    MultiConnector hands the top-level engine_id to every sub-connector, so the transfer connector gets it too;
+    an engine_id inside a sub-connector is removed, because vLLM (0.32) fails to start with one.
+    """
     filled = json.loads(json.dumps(config))
     filled["engine_id"] = engine_id
     if filled.get("kv_connector") == MULTI_CONNECTOR:
-        connectors = (filled.get("kv_connector_extra_config") or {}).get("connectors") or []
-        if connectors and isinstance(connectors[0], dict):
-            connectors[0]["engine_id"] = engine_id
+        for sub in (filled.get("kv_connector_extra_config") or {}).get("connectors") or []:
+            if isinstance(sub, dict):
+                sub.pop("engine_id", None)
     return filled

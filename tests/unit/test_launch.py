@@ -8,6 +8,7 @@ from motor.config import load_documents
 from motor.config.models import NodeManagerConfig
 from motor.config.topology import RoleSpec
 from motor.engine.launch import (
+    BOOTSTRAP_PORT_ENV,
     STORE_CONFIG_ENV,
     LaunchError,
     engine_launch,
@@ -116,13 +117,13 @@ def test_vllm_launch_injects_topology(tmp_path: Path) -> None:
     assert launch.files == {}
 
 
-def test_multiconnector_engine_id_goes_to_the_transfer_connector_only() -> None:
+def test_multiconnector_engine_id_is_set_once_on_top() -> None:
     config = {
         "kv_connector": "MultiConnector",
         "kv_role": "kv_consumer",
         "kv_connector_extra_config": {
             "connectors": [
-                {"kv_connector": "MooncakeConnector", "kv_role": "kv_consumer"},
+                {"kv_connector": "MooncakeConnector", "kv_role": "kv_consumer", "engine_id": "stale"},
                 {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_consumer"},
             ]
         },
@@ -130,8 +131,7 @@ def test_multiconnector_engine_id_goes_to_the_transfer_connector_only() -> None:
     filled = with_engine_id(config, "decode-0")
     connectors = filled["kv_connector_extra_config"]["connectors"]
     assert filled["engine_id"] == "decode-0"
-    assert connectors[0]["engine_id"] == "decode-0"
-    assert "engine_id" not in connectors[1]
+    assert all("engine_id" not in sub for sub in connectors), "sub-connectors inherit the top-level engine_id"
     assert "engine_id" not in config, "the spec's config must not be modified"
 
 
@@ -216,3 +216,52 @@ def test_kv_roles_come_from_the_topology(tmp_path: Path) -> None:
         assert kv["kv_role"] == kv_role
         assert [c["kv_role"] for c in kv["kv_connector_extra_config"]["connectors"]] == [kv_role, kv_role]
         assert launch.env["PYTHONHASHSEED"] == "0"
+
+
+def mooncake_multi(role: str, **transfer: Any) -> dict[str, Any]:
+    return {
+        "kv_connector": "MultiConnector",
+        "kv_role": role,
+        "kv_connector_extra_config": {
+            "connectors": [
+                {"kv_connector": "MooncakeConnector", "kv_role": role, **transfer},
+                {"kv_connector": "MooncakeStoreConnector", "kv_role": role},
+            ]
+        },
+    }
+
+
+def launch_for(config: dict[str, Any], tmp_path: Path, **kwargs: Any):
+    return engine_launch(
+        role_spec({"model": "/m", "kv_transfer_config": config}),
+        instance_id="prefill-0",
+        host="127.0.0.1",
+        port=1,
+        status_port=2,
+        store_config=None,
+        run_dir=tmp_path,
+        **kwargs,
+    )
+
+
+def test_mooncake_producer_serves_bootstrap_on_kv_port(tmp_path: Path) -> None:
+    launch = launch_for(mooncake_multi("kv_producer", kv_port="18998"), tmp_path)
+    assert launch.bootstrap_port == 18998
+    assert launch.env[BOOTSTRAP_PORT_ENV] == "18998"
+
+
+def test_explicit_bootstrap_port_wins(tmp_path: Path) -> None:
+    launch = launch_for(mooncake_multi("kv_producer", kv_port="18998"), tmp_path, bootstrap_port=20001)
+    assert launch.bootstrap_port == 20001
+    assert launch.env[BOOTSTRAP_PORT_ENV] == "20001"
+
+
+def test_consumer_serves_no_bootstrap(tmp_path: Path) -> None:
+    launch = launch_for(mooncake_multi("kv_consumer", kv_port="18998"), tmp_path, bootstrap_port=20001)
+    assert launch.bootstrap_port is None
+    assert BOOTSTRAP_PORT_ENV not in launch.env
+
+
+def test_producer_without_bootstrap_port_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(LaunchError, match="kv_port"):
+        launch_for(mooncake_multi("kv_producer"), tmp_path)

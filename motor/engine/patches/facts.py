@@ -1,7 +1,6 @@
 """What the patch predicates look at, gathered without importing torch or vLLM (unless asked to)."""
 
 import importlib.metadata
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -13,6 +12,8 @@ MOONCAKE_CONNECTOR_FILES = (
     "vllm/distributed/kv_transfer/kv_connector/v1/mooncake_connector.py",
 )
 ACCELERATOR_INDEX_CALL = "torch.accelerator.current_device_index()"
+MULTI_CONNECTOR_FILE = "vllm/distributed/kv_transfer/kv_connector/v1/multi_connector.py"
+UNLISTED_METRICS_ASSERTION = "is not contained in the list of registered connectors"
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,8 @@ class Facts:
     accelerator_present: bool | None = None
     # The installed MooncakeConnector's worker asks torch for the accelerator's device index.
     mooncake_asks_device_index: bool = False
+    # The installed MultiConnector asserts that every sub-connector reporting transfer stats has Prometheus metrics.
+    multi_connector_asserts_metrics: bool = False
 
     def with_accelerator(self, present: bool) -> "Facts":
         return replace(self, accelerator_present=present)
@@ -45,7 +48,10 @@ def gather_facts(*, probe_accelerator: bool = False) -> Facts:
         torch_version=torch_version,
         torch_extensions={name: v for name in TORCH_EXTENSIONS if (v := _version(name)) is not None},
         accelerator_present=accelerator,
-        mooncake_asks_device_index=vllm is not None and _mooncake_asks_device_index(vllm),
+        mooncake_asks_device_index=vllm is not None
+        and _source_contains(vllm, MOONCAKE_CONNECTOR_FILES, ACCELERATOR_INDEX_CALL),
+        multi_connector_asserts_metrics=vllm is not None
+        and _source_contains(vllm, (MULTI_CONNECTOR_FILE,), UNLISTED_METRICS_ASSERTION),
     )
 
 
@@ -61,13 +67,6 @@ def accelerator_available() -> bool:
     if accelerator is not None and hasattr(accelerator, "is_available"):
         return bool(accelerator.is_available())
     return bool(torch.cuda.is_available())
-
-
-def accelerator_available_if_loaded() -> bool | None:
-    """Like accelerator_available, but only when torch is already imported (None otherwise)."""
-    if "torch" not in sys.modules:
-        return None
-    return accelerator_available()
 
 
 def _version(distribution: str) -> str | None:
@@ -86,9 +85,12 @@ def _first_distribution(names: tuple[str, ...]) -> importlib.metadata.Distributi
     return None
 
 
-def _mooncake_asks_device_index(vllm: importlib.metadata.Distribution) -> bool:
-    for relative in MOONCAKE_CONNECTOR_FILES:
-        path = Path(str(vllm.locate_file(relative)))
+def _source_contains(
+    distribution: importlib.metadata.Distribution, files: tuple[str, ...], marker: str
+) -> bool:
+    """Whether the first of `files` that exists in the distribution contains `marker`."""
+    for relative in files:
+        path = Path(str(distribution.locate_file(relative)))
         if path.is_file():
-            return ACCELERATOR_INDEX_CALL in path.read_text(encoding="utf-8", errors="replace")
+            return marker in path.read_text(encoding="utf-8", errors="replace")
     return False

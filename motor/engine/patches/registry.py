@@ -28,9 +28,14 @@ class PatchTargetError(RuntimeError):
 
 
 def known_patches() -> list[Patch]:
-    from motor.engine.patches import cpu, multi_connector
+    from motor.engine.patches import connector_metrics, cpu, multi_connector
 
-    return [multi_connector.PATCH, cpu.BROKEN_TORCH_EXTENSIONS, cpu.MOONCAKE_DEVICE_INDEX]
+    return [
+        multi_connector.PATCH,
+        connector_metrics.PATCH,
+        cpu.BROKEN_TORCH_EXTENSIONS,
+        cpu.MOONCAKE_DEVICE_INDEX,
+    ]
 
 
 def decide_all(facts: Facts) -> list[tuple[Patch, Decision]]:

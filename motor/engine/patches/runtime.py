@@ -25,6 +25,7 @@ def shim_dir() -> Path:
 def install(facts: Facts | None = None) -> list[str]:
     """Install every applicable fix in this interpreter; return the names of those installed or scheduled."""
     facts = facts or gather_facts()
+    _log_to_stderr()
     installed = []
     for patch, decision in decide_all(facts):
         if not decision.applies:
@@ -57,6 +58,16 @@ def _deferred(patch: Patch, facts: Facts) -> ModuleCallback:
         log.info("motor patch %s applied to %s: %s", patch.name, module.__name__, decision.why)
 
     return apply_now
+
+
+def _log_to_stderr() -> None:
+    # Engines configure their own loggers, not ours: without a handler the lines saying what was patched are lost.
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
 
 
 # ---- post-import hooks ---------------------------------------------------------------------------------------
