@@ -50,8 +50,9 @@ def deploy_local(
     run_root: Path,
     *,
     ready_timeout: float = READY_TIMEOUT_S,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
 ) -> int:
+    out = out or sys.stdout
     run_dir = job_dir(run_root, plan.job_id)
     refusal = _refuse_running(run_dir, plan.job_id, run_root) or _refuse_busy_ports(plan)
     if refusal:

@@ -15,8 +15,9 @@ from motor.pool.metrics import MetricsUnavailable, scrape_pool
 from motor.protocol.controller import ControllerState, bearer
 
 
-def status_local(run_root: Path, job_id: str, *, out: TextIO = sys.stdout) -> int:
+def status_local(run_root: Path, job_id: str, *, out: TextIO | None = None) -> int:
     """Print the job's state; 0 when every component runs and answers its probe, 1 otherwise."""
+    out = out or sys.stdout
     run_dir = job_dir(run_root, job_id)
     try:
         state = read_state(run_dir)

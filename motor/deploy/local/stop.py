@@ -48,7 +48,8 @@ def _orphaned_engines(state: RunState) -> list[Identity]:
     return found
 
 
-def stop_local(run_root: Path, job_id: str, *, out: TextIO = sys.stdout) -> int:
+def stop_local(run_root: Path, job_id: str, *, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     run_dir = job_dir(run_root, job_id)
     try:
         state = read_state(run_dir)

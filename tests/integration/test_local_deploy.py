@@ -1,0 +1,104 @@
+"""examples/sim deployed by the local backend (real mooncake_master, controller, coordinator, node managers,
+sim engines): PD requests through the pool, status, a refused second deploy, and a stop that leaves nothing."""
+
+import io
+import json
+import re
+from collections.abc import Callable
+from contextlib import redirect_stdout
+
+import httpx
+import pytest
+
+from motor.deploy.local import status_local, stop_local
+from motor.deploy.local.processes import start_ticks
+from motor.pool.metrics import scrape_pool
+from tests.fixtures.control import LocalRun
+
+PROMPT = " ".join(f"word{i}" for i in range(200))
+
+
+def engine_pids(run: LocalRun) -> list[int]:
+    """The engine servers the node managers started, and their engines."""
+    pids = []
+    for name in ("prefill-0", "decode-0"):
+        record = json.loads((run.run_dir / name / "engine.pid").read_text())
+        pids.append(record["pid"])
+        children = f"/proc/{record['pid']}/task/{record['pid']}/children"
+        with open(children) as handle:
+            pids += [int(pid) for pid in handle.read().split()]
+    return pids
+
+
+@pytest.mark.slow
+def test_deploy_serve_status_refuse_and_stop(
+    local_run: Callable[..., LocalRun], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = local_run()
+    assert run.plan_and_deploy() == 0
+    shown = capsys.readouterr().out
+    assert f"endpoint: {run.api_url}/v1" in shown and "curl" in shown
+
+    with httpx.Client(base_url=run.api_url, timeout=60) as client:
+        for _ in range(3):
+            response = client.post(
+                "/v1/chat/completions",
+                json={
+                    "model": "sim-model",
+                    "messages": [{"role": "user", "content": PROMPT}],
+                    "max_tokens": 8,
+                },
+            )
+            assert response.status_code == 200, response.text
+            assert response.json()["usage"]["completion_tokens"] == 8
+    # the prefill engine wrote the prompt's KV blocks into the pool, the decode engine read them from there
+    pool = scrape_pool(run.state()["pool_metrics_url"])
+    assert pool.put_requests > 0 and pool.get_hits > 0
+
+    output = io.StringIO()
+    with redirect_stdout(output):
+        assert status_local(run.run_root, run.job_id, out=output) == 0
+    table = output.getvalue()
+    for line in ("prefill-0  prefill  active  healthy", "decode-0   decode   active  healthy", "KV pool:"):
+        assert line in table, table
+    assert "coordinator" in table and "ready: true" in table
+
+    # a second deploy of the same job is refused and leaves the running one alone
+    before = run.pids()
+    assert run.plan_and_deploy() == 1
+    assert "already running" in capsys.readouterr().err
+    assert run.pids() == before
+
+    recorded = list(before.values()) + engine_pids(run)
+    ticks = {pid: start_ticks(pid) for pid in recorded}
+    assert all(ticks.values())
+    assert stop_local(run.run_root, run.job_id) == 0
+    assert [pid for pid in recorded if start_ticks(pid) == ticks[pid]] == []
+    assert not (run.run_dir / "state.json").exists()
+    assert status_local(run.run_root, run.job_id) == 1
+    assert stop_local(run.run_root, run.job_id) == 0  # nothing left to stop
+
+
+def test_a_component_that_fails_to_start_fails_the_deploy_and_leaves_nothing(
+    local_run: Callable[..., LocalRun], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the node managers cannot build an engine command for sglang: they exit at start
+    run = local_run(
+        pool=False,
+        overrides={
+            "motor_engine_prefill_config": {"engine_type": "sglang"},
+            "motor_engine_decode_config": {"engine_type": "sglang"},
+        },
+    )
+    assert run.plan_and_deploy(ready_timeout=30) == 1
+    captured = capsys.readouterr()
+    pids = {
+        match.group(1): int(match.group(2))
+        for match in re.finditer(r"started (\S+)\s+pid (\d+)", captured.out)
+    }
+    err = captured.err
+    assert "exited while starting" in err
+    assert "sglang" in err  # the node manager's log tail says why
+    assert {"controller", "coordinator"} <= set(pids)
+    assert [pid for pid in pids.values() if start_ticks(pid) is not None] == []
+    assert not (run.run_dir / "state.json").exists()
