@@ -1,0 +1,344 @@
+"""Failure semantics with faulty sim engines: no hang, no orphan leg (each engine's running/waiting requests
+return to 0), no lost request before the first token (retried on another instance), an explicit SSE error
+after it, and the other leg closed at once when one fails or the client leaves."""
+
+import asyncio
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fixtures.coordinator import (
+    CoordinatorProcess,
+    StartCoordinator,
+    coordinator_metric,
+    coordinators,  # noqa: F401 (fixture)
+    engine_metric,
+    set_engine_faults,
+    sim_instance,
+    sse_chunks,
+    wait_engine_idle,
+)
+from tests.fixtures.pool import RunningPool
+from tests.fixtures.sim import SimEngine, StartSimEngine, expected_tokens, start_sim_engine
+
+_words = itertools.count()
+NO_FAULTS = {
+    "hang": False,
+    "slowdown": 1.0,
+    "error_rate": 0.0,
+    "kv_put_fail": False,
+    "kv_get_fail": False,
+    "kv_corrupt": False,
+    "health_down": False,
+}
+FAST_FAILURE = {
+    "exception_config": {"max_retry": 3, "retry_delay": 0.05, "first_token_timeout": 3, "infer_timeout": 30},
+    "timeout_config": {"request_timeout": 1.5, "read_timeout": 1.5, "connection_timeout": 1},
+}
+
+
+def fresh_prompt(words: int = 40) -> str:
+    return " ".join(f"f{next(_words)}q" for _ in range(words))
+
+
+def body(stream: bool = False, max_tokens: int = 8, **extra: Any) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "model": "sim-model",
+        "prompt": fresh_prompt(),
+        "max_tokens": max_tokens,
+        "seed": 3,
+        "temperature": 1.0,
+        "ignore_eos": True,
+        "return_token_ids": True,
+        "stream": stream,
+    }
+    return payload | extra
+
+
+def assert_oracle_tokens(response: dict[str, Any], max_tokens: int = 8) -> None:
+    choice = response["choices"][0]
+    assert choice["token_ids"] == expected_tokens(
+        choice["prompt_token_ids"], max_tokens=max_tokens, seed=3, ignore_eos=True
+    )
+
+
+@dataclass
+class Cluster:
+    prefills: list[SimEngine]
+    decodes: list[SimEngine]
+
+    @property
+    def all(self) -> list[SimEngine]:
+        return [*self.prefills, *self.decodes]
+
+    def instances(self) -> list[Any]:
+        return [sim_instance(e, "prefill") for e in self.prefills] + [
+            sim_instance(e, "decode") for e in self.decodes
+        ]
+
+    def assert_idle(self) -> None:
+        for engine in self.all:
+            wait_engine_idle(engine)
+
+
+@pytest.fixture(scope="module")
+def module_cluster(
+    shared_mooncake_master: RunningPool, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    logs = tmp_path_factory.mktemp("coordinator-faults")
+    store = shared_mooncake_master.store_config
+    decode_args = ["--kv-wait-timeout-s", "10", "--itl-ms", "20", "--overhead-ms", "2"]
+    prefills = [
+        start_sim_engine(
+            logs, kv_role="kv_producer", engine_id=f"prefill-{i}", store_config=store, wait=False
+        )
+        for i in range(2)
+    ]
+    decodes = [
+        start_sim_engine(
+            logs,
+            kv_role="kv_consumer",
+            engine_id=f"decode-{i}",
+            store_config=store,
+            extra_args=decode_args,
+            wait=False,
+        )
+        for i in range(2)
+    ]
+    try:
+        for engine in [*prefills, *decodes]:
+            engine.wait_ready()
+        yield Cluster(prefills, decodes)
+    finally:
+        for engine in [*prefills, *decodes]:
+            engine.stop()
+
+
+@pytest.fixture
+def cluster(module_cluster: Cluster) -> Iterator[Cluster]:
+    yield module_cluster
+    for engine in module_cluster.all:
+        set_engine_faults(engine, **NO_FAULTS)
+    module_cluster.assert_idle()
+
+
+def start(
+    coordinators: StartCoordinator, cluster: Cluster, profile: str, **config: Any
+) -> CoordinatorProcess:  # noqa: F811
+    coordinator = coordinators(profile=profile, coordinator_config={**FAST_FAILURE, **config})
+    coordinator.register(cluster.instances())
+    return coordinator
+
+
+async def send_all(coordinator: CoordinatorProcess, bodies: list[dict[str, Any]]) -> list[httpx.Response]:
+    async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=60) as http:
+        return await asyncio.gather(*(http.post("/v1/completions", json=b) for b in bodies))
+
+
+@pytest.mark.parametrize("profile", ["prefill_first", "decode_first", "concurrent"])
+async def test_prefill_5xx_is_retried_on_the_other_prefill(
+    cluster: Cluster,
+    coordinators: StartCoordinator,
+    profile: str,  # noqa: F811
+) -> None:
+    set_engine_faults(cluster.prefills[0], error_rate=1.0)
+    coordinator = start(coordinators, cluster, profile)
+    responses = await send_all(coordinator, [body() for _ in range(6)])
+    for response in responses:
+        assert response.status_code == 200, response.text
+        assert_oracle_tokens(response.json())
+    assert coordinator_metric(coordinator, "motor_coordinator_retries_total") >= 1
+    cluster.assert_idle()
+
+
+async def test_decode_5xx_is_retried_on_the_other_decode(
+    cluster: Cluster,
+    coordinators: StartCoordinator,  # noqa: F811
+) -> None:
+    set_engine_faults(cluster.decodes[1], error_rate=1.0)
+    coordinator = start(coordinators, cluster, "prefill_first")
+    responses = await send_all(coordinator, [body(stream=s) for s in (True, False) * 3])
+    assert [r.status_code for r in responses] == [200] * 6, [r.text for r in responses]
+    assert (
+        coordinator_metric(coordinator, 'motor_coordinator_retries_total{role="decode",reason="http_500"}')
+        >= 1
+    )
+    cluster.assert_idle()
+
+
+async def test_hung_prefill_times_out_is_closed_and_retried(
+    cluster: Cluster,
+    coordinators: StartCoordinator,  # noqa: F811
+) -> None:
+    set_engine_faults(cluster.prefills[0], hang=True)
+    coordinator = start(
+        coordinators, cluster, "prefill_first", scheduler_config={"scheduler_type": "round_robin"}
+    )
+    responses = await send_all(coordinator, [body() for _ in range(2)])
+    assert [r.status_code for r in responses] == [200, 200], [r.text for r in responses]
+    assert (
+        coordinator_metric(coordinator, 'motor_coordinator_retries_total{role="prefill",reason="timeout"}')
+        == 1
+    )
+    wait_engine_idle(cluster.prefills[0])  # the hung leg was closed, so the engine dropped it
+
+
+async def test_slow_decode_misses_first_token_timeout_and_moves(
+    cluster: Cluster,
+    coordinators: StartCoordinator,  # noqa: F811
+) -> None:
+    set_engine_faults(cluster.decodes[0], slowdown=5000.0)  # 2 ms to the first token → 10 s
+    coordinator = start(
+        coordinators, cluster, "decode_first", scheduler_config={"scheduler_type": "round_robin"}
+    )
+    responses = await send_all(coordinator, [body(stream=True) for _ in range(2)])
+    for response in responses:
+        assert response.status_code == 200, response.text
+        assert response.text.endswith("data: [DONE]\n\n") and '"error"' not in response.text
+    assert (
+        coordinator_metric(coordinator, 'motor_coordinator_retries_total{role="decode",reason="timeout"}')
+        == 1
+    )
+    cluster.assert_idle()
+
+
+@pytest.mark.parametrize("fault", ["kv_put_fail", "kv_get_fail", "health_down"])
+async def test_kv_and_health_faults_still_give_the_right_tokens(
+    cluster: Cluster,
+    coordinators: StartCoordinator,
+    fault: str,  # noqa: F811
+) -> None:
+    for engine in cluster.all:
+        set_engine_faults(engine, **{fault: True})
+    coordinator = start(coordinators, cluster, "prefill_first")
+    responses = await send_all(coordinator, [body() for _ in range(4)])
+    for response in responses:
+        assert response.status_code == 200, response.text
+        assert_oracle_tokens(response.json())
+    cluster.assert_idle()
+
+
+async def test_every_prefill_failing_ends_with_a_clear_error(
+    cluster: Cluster,
+    coordinators: StartCoordinator,  # noqa: F811
+) -> None:
+    for engine in cluster.prefills:
+        set_engine_faults(engine, error_rate=1.0)
+    coordinator = start(coordinators, cluster, "prefill_first")
+    [response] = await send_all(coordinator, [body(stream=True)])
+    assert response.status_code == 502
+    error = response.json()["error"]
+    assert error["code"] == "http_500" and "prefill instance prefill-" in error["message"]
+    assert "gave up after 4 attempts" in error["message"]
+    assert coordinator_metric(coordinator, "motor_coordinator_retries_total") == 3
+    cluster.assert_idle()
+
+
+@pytest.mark.parametrize("profile", ["prefill_first", "decode_first", "concurrent"])
+async def test_client_disconnect_closes_every_leg(
+    cluster: Cluster,
+    coordinators: StartCoordinator,
+    profile: str,  # noqa: F811
+) -> None:
+    coordinator = start(coordinators, cluster, profile)
+    stream_body = body(stream=True, max_tokens=2000)
+    async with (
+        httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http,
+        http.stream("POST", "/v1/completions", json=stream_body) as response,
+    ):
+        assert response.status_code == 200
+        async for _ in response.aiter_bytes():
+            break  # one chunk, then hang up with the decode leg mid-stream
+    cluster.assert_idle()
+    assert coordinator_metric(coordinator, "motor_coordinator_cancelled_legs_total") >= 1
+
+
+async def test_client_disconnect_during_a_slow_prefill_closes_both_legs(
+    cluster: Cluster,
+    coordinators: StartCoordinator,  # noqa: F811
+) -> None:
+    """decode_first: the decode leg waits on the callback while the prefill leg runs; leaving then closes both."""
+    for engine in cluster.prefills:
+        set_engine_faults(engine, hang=True)
+    coordinator = start(coordinators, cluster, "decode_first", timeout_config={"request_timeout": 20})
+    async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:
+        request = asyncio.create_task(http.post("/v1/completions", json=body(stream=True)))
+        for _ in range(250):  # until the prefill leg is held by the hung engine
+            if sum(engine_metric(p, "vllm:num_requests_waiting") for p in cluster.prefills):
+                break
+            await asyncio.sleep(0.02)
+        else:
+            raise AssertionError("the prefill leg never reached a prefill engine")
+        assert sum(engine_metric(d, "vllm:num_requests_waiting") for d in cluster.decodes) == 1
+        request.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await request
+    cluster.assert_idle()
+
+
+async def test_failure_after_the_first_token_ends_the_stream_with_an_error_event(
+    shared_mooncake_master: RunningPool,
+    sim_engines: StartSimEngine,
+    coordinators: StartCoordinator,  # noqa: F811
+) -> None:
+    store = shared_mooncake_master.store_config
+    prefill = sim_engines(kv_role="kv_producer", store_config=store)
+    decode = sim_engines(kv_role="kv_consumer", store_config=store, extra_args=["--itl-ms", "50"])
+    coordinator = coordinators(profile="prefill_first", coordinator_config=FAST_FAILURE)
+    coordinator.register([sim_instance(prefill, "prefill"), sim_instance(decode, "decode")])
+    stream_body = body(stream=True, max_tokens=500)
+    async with (
+        httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http,
+        http.stream("POST", "/v1/completions", json=stream_body) as response,
+    ):
+        assert response.status_code == 200
+        received = b""
+        async for chunk in response.aiter_bytes():
+            received += chunk
+            if received.count(b"data: {") >= 3 and decode.exit_code() is None:
+                decode.process.kill()  # the decode engine dies mid-stream
+        text = received.decode()
+    chunks = sse_chunks(text)
+    assert len(chunks) >= 4 and chunks[-1]["error"]["code"] in ("upstream_failed", "incomplete_stream")
+    assert text.endswith("data: [DONE]\n\n")
+    wait_engine_idle(prefill)
+
+
+async def test_dead_prefill_instance_is_skipped_before_the_first_token(
+    shared_mooncake_master: RunningPool,
+    sim_engines: StartSimEngine,
+    coordinators: StartCoordinator,  # noqa: F811
+) -> None:
+    store = shared_mooncake_master.store_config
+    prefills = [sim_engines(kv_role="kv_producer", store_config=store) for _ in range(2)]
+    decode = sim_engines(kv_role="kv_consumer", store_config=store)
+    coordinator = coordinators(profile="prefill_first", coordinator_config=FAST_FAILURE)
+    coordinator.register([*(sim_instance(p, "prefill") for p in prefills), sim_instance(decode, "decode")])
+    prefills[0].process.kill()
+    prefills[0].process.wait(timeout=10)
+    responses = await send_all(coordinator, [body(stream=s) for s in (False, True) * 3])
+    assert [r.status_code for r in responses] == [200] * 6, [r.text for r in responses]
+    assert (
+        coordinator_metric(coordinator, 'motor_coordinator_retries_total{role="prefill",reason="connect"}')
+        >= 1
+    )
+    for engine in (prefills[1], decode):
+        wait_engine_idle(engine)
+
+
+async def test_infer_timeout_ends_a_started_stream_with_an_error_event(
+    cluster: Cluster,
+    coordinators: StartCoordinator,  # noqa: F811
+) -> None:
+    coordinator = start(coordinators, cluster, "prefill_first", exception_config={"infer_timeout": 1.5})
+    async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:
+        response = await http.post("/v1/completions", json=body(stream=True, max_tokens=1000))
+    assert response.status_code == 200
+    chunks = sse_chunks(response.text)
+    assert chunks[-1]["error"]["code"] == "infer_timeout"
+    assert response.text.endswith("data: [DONE]\n\n")
+    cluster.assert_idle()
