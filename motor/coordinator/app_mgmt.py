@@ -7,7 +7,7 @@ the very instances that would make it ready. 503 means only that the coordinator
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -39,7 +39,7 @@ class Control(Protocol):
 
     def started(self) -> bool: ...
 
-    def liveness(self) -> tuple[bool, str]: ...
+    def liveness(self) -> tuple[bool, dict[str, Any]]: ...
 
     async def refresh(self, event: InstanceEvent) -> RefreshResult: ...
 
@@ -78,10 +78,8 @@ class ManagementApp:
         )
 
     async def _liveness(self, scope: Scope, receive: Receive, send: Send) -> None:
-        alive, message = self.control.liveness()
-        await send_json(
-            send, 200 if alive else 503, {"status": "ok" if alive else "failing", "message": message}
-        )
+        alive, detail = self.control.liveness()
+        await send_json(send, 200 if alive else 503, {"status": "ok" if alive else "failing", **detail})
 
     async def _readiness(self, scope: Scope, receive: Receive, send: Send) -> None:
         control = self.control

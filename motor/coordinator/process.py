@@ -2,6 +2,8 @@
 
 import asyncio
 import logging
+import os
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -32,8 +34,11 @@ class LocalControl:
     def started(self) -> bool:
         return bool(self.servers) and servers_started(self.servers)  # type: ignore[arg-type]
 
-    def liveness(self) -> tuple[bool, str]:
-        return True, "serving"
+    def liveness(self) -> tuple[bool, dict[str, Any]]:
+        return True, {
+            "message": "serving",
+            "workers": [{"index": 0, "pid": os.getpid(), "ready": self.started()}],
+        }
 
     async def refresh(self, event: InstanceEvent) -> RefreshResult:
         return self.registry.apply(event)

@@ -71,7 +71,7 @@ async def relay_stream(d: Dispatch, opened: Opened, send: Send) -> int:
             d, send, {"type": "http.response.body", "body": await _events(d, events), "more_body": True}
         )
         now = time.perf_counter()
-        count = events.count(b"data:")
+        count = events.count(b"data: {")
         if count:
             gap = (now - last) / count
             for _ in range(count):

@@ -23,6 +23,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 
@@ -95,11 +96,24 @@ class Supervisor:
     def started(self) -> bool:
         return self._mgmt_started and all(w.ready for w in self.workers)
 
-    def liveness(self) -> tuple[bool, str]:
+    def liveness(self) -> tuple[bool, dict[str, Any]]:
+        workers = [
+            {
+                "index": w.index,
+                "pid": w.process.pid if w.process is not None else None,
+                "ready": w.ready,
+                "restarts": len(w.restarts),
+            }
+            for w in self.workers
+        ]
         failed = [w.index for w in self.workers if w.given_up]
         if failed:
-            return False, f"inference worker(s) {failed} keep crashing; see the coordinator log"
-        return True, f"{sum(w.ready for w in self.workers)}/{len(self.workers)} inference workers serving"
+            message = f"inference worker(s) {failed} keep crashing and are no longer restarted; see the log"
+            return False, {"message": message, "workers": workers}
+        return True, {
+            "message": f"{sum(w.ready for w in self.workers)}/{len(self.workers)} workers serving",
+            "workers": workers,
+        }
 
     async def refresh(self, event: InstanceEvent) -> RefreshResult:
         result = self.registry.apply(event)

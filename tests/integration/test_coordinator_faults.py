@@ -6,6 +6,7 @@ import asyncio
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,8 +15,8 @@ import pytest
 from tests.fixtures.coordinator import (
     CoordinatorProcess,
     StartCoordinator,
+    coordinator_factory,
     coordinator_metric,
-    coordinators,  # noqa: F401 (fixture)
     engine_metric,
     set_engine_faults,
     sim_instance,
@@ -39,6 +40,11 @@ FAST_FAILURE = {
     "exception_config": {"max_retry": 3, "retry_delay": 0.05, "first_token_timeout": 3, "infer_timeout": 30},
     "timeout_config": {"request_timeout": 1.5, "read_timeout": 1.5, "connection_timeout": 1},
 }
+
+
+@pytest.fixture
+def coordinators(tmp_path: Path) -> Iterator[StartCoordinator]:
+    yield from coordinator_factory(tmp_path / "coordinator")
 
 
 def fresh_prompt(words: int = 40) -> str:
@@ -128,7 +134,7 @@ def cluster(module_cluster: Cluster) -> Iterator[Cluster]:
 
 def start(
     coordinators: StartCoordinator, cluster: Cluster, profile: str, **config: Any
-) -> CoordinatorProcess:  # noqa: F811
+) -> CoordinatorProcess:
     coordinator = coordinators(profile=profile, coordinator_config={**FAST_FAILURE, **config})
     coordinator.register(cluster.instances())
     return coordinator
@@ -143,7 +149,7 @@ async def send_all(coordinator: CoordinatorProcess, bodies: list[dict[str, Any]]
 async def test_prefill_5xx_is_retried_on_the_other_prefill(
     cluster: Cluster,
     coordinators: StartCoordinator,
-    profile: str,  # noqa: F811
+    profile: str,
 ) -> None:
     set_engine_faults(cluster.prefills[0], error_rate=1.0)
     coordinator = start(coordinators, cluster, profile)
@@ -157,7 +163,7 @@ async def test_prefill_5xx_is_retried_on_the_other_prefill(
 
 async def test_decode_5xx_is_retried_on_the_other_decode(
     cluster: Cluster,
-    coordinators: StartCoordinator,  # noqa: F811
+    coordinators: StartCoordinator,
 ) -> None:
     set_engine_faults(cluster.decodes[1], error_rate=1.0)
     coordinator = start(coordinators, cluster, "prefill_first")
@@ -172,7 +178,7 @@ async def test_decode_5xx_is_retried_on_the_other_decode(
 
 async def test_hung_prefill_times_out_is_closed_and_retried(
     cluster: Cluster,
-    coordinators: StartCoordinator,  # noqa: F811
+    coordinators: StartCoordinator,
 ) -> None:
     set_engine_faults(cluster.prefills[0], hang=True)
     coordinator = start(
@@ -189,7 +195,7 @@ async def test_hung_prefill_times_out_is_closed_and_retried(
 
 async def test_slow_decode_misses_first_token_timeout_and_moves(
     cluster: Cluster,
-    coordinators: StartCoordinator,  # noqa: F811
+    coordinators: StartCoordinator,
 ) -> None:
     set_engine_faults(cluster.decodes[0], slowdown=5000.0)  # 2 ms to the first token → 10 s
     coordinator = start(
@@ -210,7 +216,7 @@ async def test_slow_decode_misses_first_token_timeout_and_moves(
 async def test_kv_and_health_faults_still_give_the_right_tokens(
     cluster: Cluster,
     coordinators: StartCoordinator,
-    fault: str,  # noqa: F811
+    fault: str,
 ) -> None:
     for engine in cluster.all:
         set_engine_faults(engine, **{fault: True})
@@ -224,7 +230,7 @@ async def test_kv_and_health_faults_still_give_the_right_tokens(
 
 async def test_every_prefill_failing_ends_with_a_clear_error(
     cluster: Cluster,
-    coordinators: StartCoordinator,  # noqa: F811
+    coordinators: StartCoordinator,
 ) -> None:
     for engine in cluster.prefills:
         set_engine_faults(engine, error_rate=1.0)
@@ -242,7 +248,7 @@ async def test_every_prefill_failing_ends_with_a_clear_error(
 async def test_client_disconnect_closes_every_leg(
     cluster: Cluster,
     coordinators: StartCoordinator,
-    profile: str,  # noqa: F811
+    profile: str,
 ) -> None:
     coordinator = start(coordinators, cluster, profile)
     stream_body = body(stream=True, max_tokens=2000)
@@ -259,7 +265,7 @@ async def test_client_disconnect_closes_every_leg(
 
 async def test_client_disconnect_during_a_slow_prefill_closes_both_legs(
     cluster: Cluster,
-    coordinators: StartCoordinator,  # noqa: F811
+    coordinators: StartCoordinator,
 ) -> None:
     """decode_first: the decode leg waits on the callback while the prefill leg runs; leaving then closes both."""
     for engine in cluster.prefills:
@@ -283,7 +289,7 @@ async def test_client_disconnect_during_a_slow_prefill_closes_both_legs(
 async def test_failure_after_the_first_token_ends_the_stream_with_an_error_event(
     shared_mooncake_master: RunningPool,
     sim_engines: StartSimEngine,
-    coordinators: StartCoordinator,  # noqa: F811
+    coordinators: StartCoordinator,
 ) -> None:
     store = shared_mooncake_master.store_config
     prefill = sim_engines(kv_role="kv_producer", store_config=store)
@@ -311,7 +317,7 @@ async def test_failure_after_the_first_token_ends_the_stream_with_an_error_event
 async def test_dead_prefill_instance_is_skipped_before_the_first_token(
     shared_mooncake_master: RunningPool,
     sim_engines: StartSimEngine,
-    coordinators: StartCoordinator,  # noqa: F811
+    coordinators: StartCoordinator,
 ) -> None:
     store = shared_mooncake_master.store_config
     prefills = [sim_engines(kv_role="kv_producer", store_config=store) for _ in range(2)]
@@ -332,7 +338,7 @@ async def test_dead_prefill_instance_is_skipped_before_the_first_token(
 
 async def test_infer_timeout_ends_a_started_stream_with_an_error_event(
     cluster: Cluster,
-    coordinators: StartCoordinator,  # noqa: F811
+    coordinators: StartCoordinator,
 ) -> None:
     coordinator = start(coordinators, cluster, "prefill_first", exception_config={"infer_timeout": 1.5})
     async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:

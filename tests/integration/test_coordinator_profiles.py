@@ -5,6 +5,7 @@ simulator's oracle); the client sees one normal OpenAI response with the prefill
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,8 +13,8 @@ import pytest
 
 from tests.fixtures.coordinator import (
     StartCoordinator,
+    coordinator_factory,
     coordinator_metric,
-    coordinators,  # noqa: F401 (fixture)
     sim_instance,
     sse_chunks,
     wait_engine_idle,
@@ -24,6 +25,11 @@ from tests.fixtures.sim import SimEngine, expected_tokens, start_sim_engine
 _words = itertools.count()
 MAX_TOKENS = 10
 SEED = 5
+
+
+@pytest.fixture
+def coordinators(tmp_path: Path) -> Iterator[StartCoordinator]:
+    yield from coordinator_factory(tmp_path / "coordinator")
 
 
 def fresh_prompt(words: int = 45) -> str:
@@ -133,7 +139,7 @@ async def check_requests(http: httpx.AsyncClient, engines: Engines, profile: str
 async def test_pd_profile_matches_the_aggregated_tokens(
     engines: Engines,
     coordinators: StartCoordinator,
-    profile: str,  # noqa: F811
+    profile: str,
 ) -> None:
     coordinator = coordinators(profile=profile)
     coordinator.register([sim_instance(engines.prefill, "prefill"), sim_instance(engines.decode, "decode")])
@@ -165,7 +171,7 @@ async def test_pd_profile_matches_the_aggregated_tokens(
     assert coordinator_metric(coordinator, "motor_coordinator_retries_total") == 0
 
 
-async def test_aggregated_profile(engines: Engines, coordinators: StartCoordinator) -> None:  # noqa: F811
+async def test_aggregated_profile(engines: Engines, coordinators: StartCoordinator) -> None:
     coordinator = coordinators(profile="aggregated")
     coordinator.register([sim_instance(engines.union, "union")])
     async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:
@@ -177,7 +183,7 @@ async def test_aggregated_profile(engines: Engines, coordinators: StartCoordinat
 
 async def test_pd_profile_falls_back_to_aggregated_on_prefill_instances(
     engines: Engines,
-    coordinators: StartCoordinator,  # noqa: F811
+    coordinators: StartCoordinator,
 ) -> None:
     coordinator = coordinators(profile="prefill_first")
     coordinator.register([sim_instance(engines.prefill, "prefill")])

@@ -1,0 +1,269 @@
+"""The coordinator's HTTP surface: API keys, rate and request limits, OpenAI-style errors, /v1/models,
+instance refresh events and readiness, Prometheus metrics, and several worker processes sharing the port."""
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from motor.coordinator.auth import hash_api_key
+from motor.protocol.instances import Endpoint, Instance
+from tests.fixtures.coordinator import (
+    CoordinatorProcess,
+    StartCoordinator,
+    coordinator_factory,
+    coordinator_metric,
+    sim_instance,
+    wait_engine_idle,
+)
+from tests.fixtures.sim import SimEngine, start_sim_engine
+
+
+@pytest.fixture
+def coordinators(tmp_path: Path) -> Iterator[StartCoordinator]:
+    yield from coordinator_factory(tmp_path / "coordinator")
+
+
+@pytest.fixture(scope="module")
+def union(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimEngine]:
+    engine = start_sim_engine(
+        tmp_path_factory.mktemp("coordinator-api"),
+        kv_role="kv_both",
+        engine_id="union-0",
+        extra_args=["--itl-ms", "20"],
+    )
+    yield engine
+    engine.stop()
+
+
+def aggregated(coordinators: StartCoordinator, union: SimEngine, **config: Any) -> CoordinatorProcess:
+    coordinator = coordinators(profile="aggregated", coordinator_config=config)
+    coordinator.register([sim_instance(union, "union")])
+    return coordinator
+
+
+def completion(**extra: Any) -> dict[str, Any]:
+    return {"model": "sim-model", "prompt": "hello there", "max_tokens": 3} | extra
+
+
+def assert_openai_error(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    if code is not None:
+        assert error["code"] == code
+    return error
+
+
+async def test_api_keys(coordinators: StartCoordinator, union: SimEngine) -> None:
+    hashed = hash_api_key("hashed-key", iterations=1000)
+    coordinator = aggregated(
+        coordinators, union, api_key_config={"enable_api_key": True, "valid_keys": ["plain-key", hashed]}
+    )
+    async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:
+        missing = await http.post("/v1/completions", json=completion())
+        assert_openai_error(missing, 401, "missing_api_key")
+        assert missing.headers["www-authenticate"].startswith("Bearer")
+        wrong = await http.post(
+            "/v1/completions", json=completion(), headers={"Authorization": "Bearer nope"}
+        )
+        assert_openai_error(wrong, 403, "invalid_api_key")
+        for key in ("plain-key", "hashed-key"):
+            ok = await http.post(
+                "/v1/completions", json=completion(), headers={"Authorization": f"Bearer {key}"}
+            )
+            assert ok.status_code == 200, ok.text
+        assert_openai_error(await http.get("/v1/models"), 401)
+        models = await http.get("/v1/models", headers={"Authorization": "Bearer plain-key"})
+        assert [m["id"] for m in models.json()["data"]] == ["sim-model"]
+    # probes, metrics and refresh (used by `register` above) need no key
+    for path in ("/startup", "/readiness", "/liveness", "/metrics"):
+        assert coordinator.mgmt_get(path)[0] == 200
+    assert coordinator_metric(coordinator, 'motor_coordinator_rejected_total{reason="missing_api_key"}') == 2
+    assert coordinator_metric(coordinator, 'motor_coordinator_rejected_total{reason="invalid_api_key"}') == 1
+
+
+async def test_rate_limit_uses_the_configured_status_and_message(
+    coordinators: StartCoordinator,
+    union: SimEngine,
+) -> None:
+    coordinator = aggregated(
+        coordinators,
+        union,
+        rate_limit_config={
+            "enable_rate_limit": True,
+            "max_requests": 3,
+            "window_size": 3600,
+            "error_status_code": 503,
+            "error_message": "slow down, please",
+        },
+    )
+    async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:
+        statuses = [(await http.post("/v1/completions", json=completion())).status_code for _ in range(3)]
+        assert statuses == [200, 200, 200]
+        limited = await http.post("/v1/completions", json=completion())
+    error = assert_openai_error(limited, 503, "rate_limit_exceeded")
+    assert error["message"] == "slow down, please"
+    assert limited.headers["x-ratelimit-limit"] == "3" and limited.headers["x-ratelimit-remaining"] == "0"
+    assert int(limited.headers["retry-after"]) >= 1
+
+
+async def test_body_size_and_in_flight_limits(coordinators: StartCoordinator, union: SimEngine) -> None:
+    coordinator = aggregated(coordinators, union, request_limit={"max_body_bytes": 2048, "max_requests": 2})
+    async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:
+        too_big = await http.post("/v1/completions", json=completion(prompt="x" * 3000))
+        assert_openai_error(too_big, 413, "request_too_large")
+        streams = [
+            http.stream("POST", "/v1/completions", json=completion(stream=True, max_tokens=200))
+            for _ in range(2)
+        ]
+        opened = [await stream.__aenter__() for stream in streams]
+        try:
+            assert [response.status_code for response in opened] == [200, 200]
+            overloaded = await http.post("/v1/completions", json=completion())
+            assert_openai_error(overloaded, 503, "overloaded")
+        finally:
+            for stream in streams:
+                await stream.__aexit__(None, None, None)
+        assert (await http.post("/v1/completions", json=completion())).status_code == 200
+    wait_engine_idle(union)
+
+
+async def test_request_errors_are_openai_shaped(coordinators: StartCoordinator, union: SimEngine) -> None:
+    coordinator = aggregated(coordinators, union)
+    async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:
+        invalid = await http.post(
+            "/v1/completions", content=b"{not json", headers={"Content-Type": "application/json"}
+        )
+        assert_openai_error(invalid, 400, "invalid_json")
+        no_messages = await http.post("/v1/chat/completions", json={"model": "sim-model"})
+        assert assert_openai_error(no_messages, 400)["param"] == "messages"
+        assert_openai_error(
+            await http.post("/v1/completions", json=completion(model="gpt-9")), 404, "model_not_found"
+        )
+        assert_openai_error(await http.get("/v1/completions"), 405)
+        assert_openai_error(await http.get("/v1/nothing"), 404)
+        # the engine's own refusal (a 4xx) reaches the client as it is, without retries
+        refused = await http.post("/v1/completions", json=completion(max_tokens=10**9))
+        assert 400 <= refused.status_code < 500 and "error" in refused.json()
+    assert coordinator_metric(coordinator, "motor_coordinator_retries_total") == 0
+
+
+async def test_refresh_events_drive_readiness_and_dispatch(coordinators: StartCoordinator) -> None:
+    coordinator = coordinators(profile="prefill_first")
+
+    def instance(name: str, role: str) -> Instance:
+        return Instance(
+            id=name,
+            role=role,
+            engine_id=name,
+            model_name="sim-model",
+            endpoints=[Endpoint(host="127.0.0.1", port=9)],
+        )  # type: ignore[arg-type]
+
+    status, readiness = coordinator.mgmt_get("/readiness")
+    assert (
+        status == 200 and readiness["ready"] is False and readiness["missing_roles"] == ["prefill", "decode"]
+    )
+    async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:
+        assert_openai_error(await http.post("/v1/completions", json=completion()), 503, "no_instance")
+        result = coordinator.register([instance("d0", "decode")], event="add")
+        assert result == {"status": "success", "event": "add", "instance_count": 1, "version": 1}
+        only_decode = await http.post("/v1/completions", json=completion())
+        error = assert_openai_error(only_decode, 503, "no_prefill_instance")
+        assert "only decode instances" in error["message"]
+        coordinator.register([instance("p0", "prefill")], event="add")
+        status, readiness = coordinator.mgmt_get("/readiness")
+        assert readiness["ready"] is True and readiness["serving"] == "prefill_first"
+        assert readiness["routable_endpoints"] == {"prefill": 1, "decode": 1, "union": 0}
+        coordinator.register([instance("d0", "decode")], event="del")
+        assert (
+            coordinator.mgmt_get("/readiness")[1]["serving"] == "aggregated (fallback on prefill instances)"
+        )
+        coordinator.register([], event="set")
+        assert coordinator.mgmt_get("/readiness")[1]["routable_endpoints"] == {
+            "prefill": 0,
+            "decode": 0,
+            "union": 0,
+        }
+        inactive = instance("p1", "prefill").model_copy(update={"status": "inactive"})
+        coordinator.register([inactive], event="set")
+        assert coordinator.mgmt_get("/readiness")[1]["missing_roles"] == ["prefill", "decode"]
+        assert coordinator.mgmt_get("/instances")[1]["instances"][0]["status"] == "inactive"
+    async with httpx.AsyncClient(base_url=coordinator.mgmt_url, timeout=30) as mgmt:
+        bad = await mgmt.post("/instances/refresh", json={"event": "replace", "instances": []})
+        assert "event" in assert_openai_error(bad, 400)["message"]
+    metrics = coordinator.mgmt_get("/metrics")[1]
+    assert 'motor_coordinator_instances{role="prefill",state="inactive"} 1.0' in metrics
+
+
+async def test_metrics_cover_every_family(coordinators: StartCoordinator, union: SimEngine) -> None:
+    coordinator = aggregated(coordinators, union)
+    async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:
+        for stream in (False, True):
+            assert (await http.post("/v1/completions", json=completion(stream=stream))).status_code == 200
+    status, text = coordinator.mgmt_get("/metrics")
+    assert status == 200
+    for family in (
+        "motor_coordinator_requests_total",
+        "motor_coordinator_ttft_seconds_bucket",
+        "motor_coordinator_itl_seconds_bucket",
+        "motor_coordinator_e2e_seconds_bucket",
+        "motor_coordinator_leg_seconds_bucket",
+        "motor_coordinator_overhead_seconds_bucket",
+        "motor_coordinator_in_flight_requests",
+        "motor_coordinator_instances",
+        "motor_coordinator_retries_total",
+        "motor_coordinator_cancelled_legs_total",
+    ):
+        assert f"\n{family}" in text or f"# TYPE {family.rsplit('_bucket', 1)[0]}" in text, family
+    assert coordinator_metric(coordinator, "motor_coordinator_itl_seconds_count") == 2  # 3 tokens, 2 gaps
+    assert coordinator_metric(coordinator, "motor_coordinator_overhead_seconds_count") == 2
+
+
+async def test_workers_share_the_port_the_instance_set_and_the_limits(
+    coordinators: StartCoordinator,
+    union: SimEngine,
+) -> None:
+    coordinator = aggregated(
+        coordinators,
+        union,
+        inference_workers_config={"num_workers": 2},
+        rate_limit_config={"enable_rate_limit": True, "max_requests": 12, "window_size": 3600},
+    )
+    workers = coordinator.mgmt_get("/liveness")[1]["workers"]
+    assert [w["ready"] for w in workers] == [True, True]
+
+    async def fresh_connection_requests(count: int) -> list[int]:
+        statuses = []
+        for _ in range(count):  # a new connection each time: SO_REUSEPORT spreads them over the workers
+            async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:
+                statuses.append((await http.post("/v1/completions", json=completion())).status_code)
+        return statuses
+
+    assert await fresh_connection_requests(8) == [200] * 8
+    coordinator.register([], event="set")  # acknowledged by every worker before the refresh answers
+    assert await fresh_connection_requests(4) == [503] * 4
+    coordinator.register([sim_instance(union, "union")])
+
+    os.kill(workers[0]["pid"], signal.SIGKILL)  # a worker dies: the supervisor restarts it with the set
+    deadline = time.monotonic() + 20
+    while True:
+        _, liveness = coordinator.mgmt_get("/liveness")
+        restarted = liveness["workers"][0]
+        if restarted["ready"] and restarted["pid"] != workers[0]["pid"]:
+            break
+        assert time.monotonic() < deadline, liveness
+        await asyncio.sleep(0.1)
+    assert restarted["restarts"] == 1 and coordinator.mgmt_get("/startup")[0] == 200
+
+    # 12 tokens in the shared bucket: 8 + 4 spent, everything after is refused whichever worker answers
+    statuses = await fresh_connection_requests(6)
+    assert statuses.count(429) == 6, statuses
+    assert coordinator_metric(coordinator, 'motor_coordinator_requests_total{status="429"}') == 6
