@@ -6,8 +6,9 @@ from motor.engine.sim.cli import parse_config
 
 
 def test_defaults_name_the_engine_by_its_address_and_have_no_pool() -> None:
-    config = parse_config(["--port", "9100"], environ={})
-    assert config.engine_id == "sim-127.0.0.1-9100"
+    config = parse_config(["--port", "0"], environ={})
+    assert config.engine_id == ""
+    assert config.bound_to(9100).engine_id == "sim-127.0.0.1-9100" and config.bound_to(9100).port == 9100
     assert config.kv_role == "kv_both"
     assert config.served_model_names == ("motor-sim",)
     assert config.store_config_path is None
@@ -25,7 +26,7 @@ def test_role_and_engine_id_come_from_the_kv_transfer_config() -> None:
     )
     assert config.writes_pool
     override = parse_config(["--kv-transfer-config", json.dumps(transfer), "--engine-id", "p1"], environ={})
-    assert override.engine_id == "p1"
+    assert override.engine_id == "p1" and override.bound_to(9100).engine_id == "p1"
 
 
 def test_a_consumer_does_not_write_the_pool() -> None:

@@ -4,10 +4,11 @@ health, Prometheus metrics and the fault admin API.
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
+import os
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -193,7 +194,7 @@ class SimApp:
         await self._generation(scope, receive, send, "chat")
 
     async def _generation(self, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint) -> None:
-        request_id = _header(scope, b"x-request-id") or uuid.uuid4().hex
+        request_id = _header(scope, b"x-request-id") or os.urandom(16).hex()
         headers = [(b"x-request-id", request_id.encode("latin-1"))]
         try:
             raw = await _read_body(receive)
@@ -216,18 +217,20 @@ class SimApp:
             )
         )
         exchange = _Exchange(api, seq, send, headers, model=self._config.model_name)
-        work = asyncio.ensure_future(self._respond(exchange))
-        disconnect = asyncio.ensure_future(receive())
+        # receive() now resolves only when the client goes away (or once the response is complete): a
+        # disconnect before the last bytes cancels this handler, which closes the sequence and frees its slot.
+        handler = asyncio.current_task()
+        watcher = asyncio.ensure_future(receive())
+        watcher.add_done_callback(functools.partial(_abort_on_disconnect, exchange, handler))
         try:
-            await asyncio.wait((work, disconnect), return_when=asyncio.FIRST_COMPLETED)
-            if not work.done() and not exchange.final_sent:
-                log.info("request %s: client disconnected, aborting it", request_id)
-                work.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await work
+            await self._respond(exchange)
+        except asyncio.CancelledError:
+            if not exchange.aborted or handler is None:
+                raise
+            handler.uncancel()
+            log.info("request %s: client disconnected, aborted", request_id)
         finally:
-            disconnect.cancel()
-            work.cancel()
+            watcher.cancel()
 
     async def _respond(self, exchange: "_Exchange") -> None:
         async with contextlib.aclosing(self._engine.generate(exchange.seq)) as steps:
@@ -252,6 +255,15 @@ class SimApp:
         self._faults.request_completed()
 
 
+def _abort_on_disconnect(
+    exchange: "_Exchange", handler: asyncio.Task | None, watcher: asyncio.Future
+) -> None:
+    if watcher.cancelled() or exchange.final_sent or handler is None:
+        return
+    exchange.aborted = True
+    handler.cancel()
+
+
 class _Exchange:
     """One generation request's response, streamed or whole."""
 
@@ -266,6 +278,7 @@ class _Exchange:
         self.created = int(time.time())
         # Set once the last bytes are on their way: a disconnect after that is the normal end, not an abort.
         self.final_sent = False
+        self.aborted = False
 
     async def send_full(self) -> None:
         body = full_response(

@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     server = parser.add_argument_group("server")
     server.add_argument("--host", default="127.0.0.1")
-    server.add_argument("--port", type=_number(int, 0), default=8000)
+    server.add_argument("--port", type=_number(int, 0), default=8000, help="0: any free port (logged)")
     server.add_argument("--model", default="motor-sim", help="a model name or path; only names the model")
     server.add_argument(
         "--served-model-name",
@@ -79,7 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
         help='vLLM\'s shape, e.g. {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_producer", '
         '"engine_id": "prefill-0"}; the simulator reads kv_role and engine_id',
     )
-    kv.add_argument("--engine-id", default=None, help="overrides kv_transfer_config.engine_id")
+    kv.add_argument(
+        "--engine-id",
+        default=None,
+        help="overrides kv_transfer_config.engine_id (default: sim-<host>-<port>)",
+    )
     kv.add_argument("--block-size", type=_number(int, 1), default=16, help="tokens per KV block")
     kv.add_argument("--kv-bytes-per-token", type=_number(int, 1), default=1024)
     kv.add_argument(
@@ -151,7 +155,7 @@ def parse_config(argv: Sequence[str] | None = None, *, environ: dict[str, str] |
             transfer = KvTransferConfig.model_validate(args.kv_transfer_config)
         except ValidationError as exc:
             parser.error(f"argument --kv-transfer-config: {_first_error(exc)}")
-    engine_id = args.engine_id or transfer.engine_id or f"sim-{args.host}-{args.port}"
+    engine_id = args.engine_id or transfer.engine_id or ""
     served = tuple(args.served_model_name or [args.model])
 
     return SimConfig(

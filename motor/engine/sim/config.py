@@ -1,6 +1,6 @@
 """The simulator's settings, as parsed from its command line."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from motor.config.transfer import KvRole
 from motor.engine.sim.faults import Faults
@@ -17,7 +17,7 @@ class SimConfig:
     served_model_names: tuple[str, ...] = ("motor-sim",)
     kv_role: KvRole = "kv_both"
     kv_connector: str | None = None
-    engine_id: str = "sim-127.0.0.1-8000"
+    engine_id: str = ""  # empty: named after the address once the port is bound
     block_size: int = 16
     max_model_len: int = 8192
     seed: int = 0
@@ -30,6 +30,10 @@ class SimConfig:
     store_config_path: str | None = None
     faults: Faults = field(default_factory=Faults)
     log_level: str = "info"
+
+    def bound_to(self, port: int) -> "SimConfig":
+        """The config of the engine listening on `port` (the one the kernel chose for --port 0)."""
+        return replace(self, port=port, engine_id=self.engine_id or f"sim-{self.host}-{port}")
 
     @property
     def model_name(self) -> str:

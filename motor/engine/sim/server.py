@@ -3,6 +3,7 @@
 import asyncio
 import logging
 import os
+import socket
 import sys
 from collections.abc import Sequence
 
@@ -55,6 +56,19 @@ def _banner(config: SimConfig) -> str:
     )
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_config(argv)
     logging.basicConfig(
@@ -62,11 +76,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=config.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    try:
+        listener = _listen(config.host, config.port)
+    except OSError as exc:
+        log.error(
+            "cannot listen on %s:%d: %s; choose another --port (0 picks a free one)",
+            config.host,
+            config.port,
+            exc,
+        )
+        return 1
+    config = config.bound_to(listener.getsockname()[1])
     log.warning(_banner(config))
     try:
         client = _connect_store(config)
     except StoreError as exc:
         log.error("cannot use the KV pool: %s", exc)
+        listener.close()
         return 1
 
     metrics = EngineMetrics()
@@ -90,8 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             date_header=False,
         )
     )
+    log.warning("motor-sim listening on http://%s:%d", config.host, config.port)
     try:
-        server.run()
+        server.run(sockets=[listener])
     finally:
         if pool is not None:
             pool.close()

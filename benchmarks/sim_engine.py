@@ -1,0 +1,231 @@
+"""motor-sim throughput on one core: tiny non-stream completions with a zero latency model, side by side with
+the floor of the same server stack (a raw ASGI app on uvicorn + uvloop + httptools that answers a canned
+completion), so the table shows what the simulator itself costs per request.
+
+The server is pinned to one core (taskset), the load generator to the other: an aiohttp client with many
+keep-alive connections, and Debian's `wrk` too when it is installed (apt-get install wrk), which needs far
+less CPU per request and so measures the server closer to its limit.
+
+    .venv/bin/python benchmarks/sim_engine.py [--duration 8] [--concurrency 64] [--server-cpu 0 --client-cpu 1]
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import uvloop
+
+BODY = {"model": "bench", "prompt": "hello there, simulator", "max_tokens": 2, "temperature": 0}
+
+FLOOR_APP = """
+import uvicorn
+BODY = b'{"id":"cmpl-x","object":"text_completion","created":0,"model":"bench","choices":[{"index":0,"text":" a b",\
+"logprobs":null,"finish_reason":"length","stop_reason":null}],"usage":{"prompt_tokens":4,"total_tokens":6,\
+"completion_tokens":2}}'
+HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(BODY)).encode())]
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    more = True
+    while more:
+        more = (await receive()).get("more_body", False)
+    await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+    await send({"type": "http.response.body", "body": BODY})
+uvicorn.run(app, host="127.0.0.1", port=PORT, loop="uvloop", http="httptools", lifespan="off",
+            access_log=False, log_level="warning", proxy_headers=False, server_header=False, date_header=False)
+"""
+
+
+@dataclass
+class Result:
+    server: str
+    client: str
+    requests_per_s: float
+    p50_ms: float
+    p99_ms: float
+    requests_per_cpu_s: float
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process: robust to other load on the machine, unlike req/s."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(kind: str, port: int, cpu: int, log_path: Path) -> subprocess.Popen[bytes]:
+    if kind == "motor-sim":
+        command = [sys.executable, "-m", "motor.engine.sim", "--port", str(port), "--model", "bench"]
+        command += ["--log-level", "warning"]
+    else:
+        command = [sys.executable, "-c", FLOOR_APP.replace("PORT", str(port))]
+    with log_path.open("wb") as log:
+        return subprocess.Popen(["taskset", "-c", str(cpu), *command], stdout=log, stderr=subprocess.STDOUT)
+
+
+def wait_serving(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    request = urllib.request.Request(
+        url, data=json.dumps(BODY).encode(), headers={"content-type": "application/json"}
+    )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(request, timeout=1) as response:
+                if response.status == 200 and json.loads(response.read())["choices"]:
+                    return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{url} did not answer within {timeout_s} s")
+
+
+async def aiohttp_load(url: str, duration_s: float, concurrency: int) -> tuple[int, list[float]]:
+    payload = json.dumps(BODY).encode()
+    headers = {"content-type": "application/json"}
+    latencies: list[float] = []
+    errors = 0
+    stop_at = time.perf_counter() + duration_s
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def worker() -> None:
+            nonlocal errors
+            while time.perf_counter() < stop_at:
+                started = time.perf_counter()
+                async with session.post(url, data=payload, headers=headers) as response:
+                    await response.read()
+                    if response.status != 200:
+                        errors += 1
+                latencies.append(time.perf_counter() - started)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    if errors:
+        raise RuntimeError(f"{errors} requests failed")
+    return len(latencies), latencies
+
+
+def run_aiohttp(
+    url: str, duration_s: float, concurrency: int, server_pid: int
+) -> tuple[float, float, float, float]:
+    uvloop.run(aiohttp_load(url, 1.0, concurrency))  # warm-up
+    cpu_before = cpu_seconds(server_pid)
+    started = time.perf_counter()
+    count, latencies = uvloop.run(aiohttp_load(url, duration_s, concurrency))
+    elapsed = time.perf_counter() - started
+    cpu = cpu_seconds(server_pid) - cpu_before
+    latencies.sort()
+    p50, p99 = statistics.median(latencies) * 1e3, latencies[int(len(latencies) * 0.99)] * 1e3
+    return count / elapsed, p50, p99, count / cpu
+
+
+_WRK_SCRIPT = """wrk.method = "POST"
+wrk.body = '{body}'
+wrk.headers["Content-Type"] = "application/json"
+"""
+
+
+def _wrk_ms(text: str, label: str) -> float:
+    match = re.search(rf"^\s*{label}\s+([\d.]+)(us|ms|s)\s*$", text, re.MULTILINE)
+    if match is None:
+        raise RuntimeError(f"no {label} latency in wrk output:\n{text}")
+    value, unit = float(match.group(1)), match.group(2)
+    return value * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+
+
+def run_wrk(
+    url: str, duration_s: float, concurrency: int, cpu: int, workdir: Path, server_pid: int
+) -> tuple[float, float, float, float]:
+    script = workdir / "post.lua"
+    script.write_text(_WRK_SCRIPT.format(body=json.dumps(BODY)))
+    command = ["taskset", "-c", str(cpu), "wrk", "-t1", f"-c{concurrency}", "--latency", "-s", str(script)]
+    subprocess.run([*command, "-d1s", url], check=True, capture_output=True)  # warm-up
+    cpu_before = cpu_seconds(server_pid)
+    run = subprocess.run([*command, f"-d{duration_s:g}s", url], check=True, capture_output=True, text=True)
+    server_cpu = cpu_seconds(server_pid) - cpu_before
+    output = run.stdout
+    if "Non-2xx" in output or "Socket errors" in output:
+        raise RuntimeError(f"wrk saw failures:\n{output}")
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", output)
+    total = re.search(r"(\d+) requests in", output)
+    if rate is None or total is None:
+        raise RuntimeError(f"no request counts in wrk output:\n{output}")
+    p50, p99 = _wrk_ms(output, "50%"), _wrk_ms(output, "99%")
+    return float(rate.group(1)), p50, p99, int(total.group(1)) / server_cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--duration", type=float, default=8.0, help="seconds of load per measurement")
+    parser.add_argument("--concurrency", type=int, default=64, help="keep-alive connections")
+    parser.add_argument("--server-cpu", type=int, default=0)
+    parser.add_argument("--client-cpu", type=int, default=1)
+    args = parser.parse_args()
+
+    os.sched_setaffinity(0, {args.client_cpu})
+    clients = ["aiohttp"] + (["wrk"] if shutil.which("wrk") else [])
+    if "wrk" not in clients:
+        print("wrk not installed (apt-get install wrk): measuring with the aiohttp client only")
+    results: list[Result] = []
+    with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
+        workdir = Path(tmp)
+        for server in ("asgi-floor", "motor-sim"):
+            port = free_port()
+            process = start_server(server, port, args.server_cpu, workdir / f"{server}.log")
+            url = f"http://127.0.0.1:{port}/v1/completions"
+            try:
+                wait_serving(url, process)
+                for client in clients:
+                    if client == "aiohttp":
+                        measured = run_aiohttp(url, args.duration, args.concurrency, process.pid)
+                    else:
+                        measured = run_wrk(
+                            url, args.duration, args.concurrency, args.client_cpu, workdir, process.pid
+                        )
+                    results.append(Result(server, client, *measured))
+            finally:
+                process.terminate()
+                process.wait(timeout=10)
+
+    print(
+        f"\nnon-stream completions (max_tokens {BODY['max_tokens']}), zero latency model, server on cpu "
+        f"{args.server_cpu}, client on cpu {args.client_cpu}, {args.concurrency} connections, {args.duration:g} s"
+    )
+    print("req/cpu-s = requests per second of server CPU time: the capacity of one whole core, unaffected by")
+    print("other load on the machine; req/s is the wall-clock rate of this run.")
+    print(f"{'server':<12} {'client':<8} {'req/s':>9} {'req/cpu-s':>10} {'p50 ms':>8} {'p99 ms':>8}")
+    for result in results:
+        print(
+            f"{result.server:<12} {result.client:<8} {result.requests_per_s:>9.0f} "
+            f"{result.requests_per_cpu_s:>10.0f} {result.p50_ms:>8.2f} {result.p99_ms:>8.2f}"
+        )
+    for client in clients:
+        floor = next(r for r in results if r.server == "asgi-floor" and r.client == client)
+        sim = next(r for r in results if r.server == "motor-sim" and r.client == client)
+        print(
+            f"motor-sim / floor ({client}): {sim.requests_per_cpu_s / floor.requests_per_cpu_s:.2f} per CPU second"
+        )
+
+
+if __name__ == "__main__":
+    main()
