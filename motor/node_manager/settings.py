@@ -107,7 +107,9 @@ def node_settings(
         model_name=model_name,
         host=host,
         port=port,
-        endpoint=Endpoint(host=host, port=engine_port, status_port=status_port),
+        endpoint=Endpoint(
+            host=host, port=engine_port, status_port=status_port, bootstrap_port=launch.bootstrap_port
+        ),
         controller_url=controller_url.rstrip("/"),
         token=token,
         heartbeat_interval=nm.basic_config.heartbeat_interval_seconds,
