@@ -2,10 +2,10 @@
 sim engines): PD requests through the pool, status, a refused second deploy, and a stop that leaves nothing."""
 
 import io
-import json
 import re
 from collections.abc import Callable
 from contextlib import redirect_stdout
+from pathlib import Path
 
 import httpx
 import pytest
@@ -18,16 +18,13 @@ from tests.fixtures.control import LocalRun
 PROMPT = " ".join(f"word{i}" for i in range(200))
 
 
-def engine_pids(run: LocalRun) -> list[int]:
-    """The engine servers the node managers started, and their engines."""
-    pids = []
-    for name in ("prefill-0", "decode-0"):
-        record = json.loads((run.run_dir / name / "engine.pid").read_text())
-        pids.append(record["pid"])
-        children = f"/proc/{record['pid']}/task/{record['pid']}/children"
-        with open(children) as handle:
-            pids += [int(pid) for pid in handle.read().split()]
-    return pids
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (engine servers, engines, coordinator workers ...)."""
+    try:
+        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+    return children + [grandchild for child in children for grandchild in descendants(child)]
 
 
 @pytest.mark.slow
@@ -69,7 +66,9 @@ def test_deploy_serve_status_refuse_and_stop(
     assert "already running" in capsys.readouterr().err
     assert run.pids() == before
 
-    recorded = list(before.values()) + engine_pids(run)
+    recorded = list(before.values())
+    recorded += [pid for leader in before.values() for pid in descendants(leader)]
+    assert len(recorded) >= len(before) + 4  # at least an engine server and its engine per instance
     ticks = {pid: start_ticks(pid) for pid in recorded}
     assert all(ticks.values())
     assert stop_local(run.run_root, run.job_id) == 0
