@@ -238,13 +238,11 @@ class SimApp:
                 first = await anext(steps)
             except SimError as exc:
                 log.info("request %s failed: %s", exchange.seq.request.request_id, exc.message)
-                await _send_error(exchange.send, exc, exchange.headers)
+                await exchange.send_error(exc)
                 return
             except Exception as exc:
                 log.exception("request %s: simulator bug", exchange.seq.request.request_id)
-                await _send_error(
-                    exchange.send, SimError(500, f"motor-sim internal error: {exc!r}"), exchange.headers
-                )
+                await exchange.send_error(SimError(500, f"motor-sim internal error: {exc!r}"))
                 return
             if exchange.api.stream:
                 await exchange.stream(first, steps)
@@ -279,6 +277,10 @@ class _Exchange:
         # Set once the last bytes are on their way: a disconnect after that is the normal end, not an abort.
         self.final_sent = False
         self.aborted = False
+
+    async def send_error(self, error: SimError) -> None:
+        self.final_sent = True
+        await _send_error(self.send, error, self.headers)
 
     async def send_full(self) -> None:
         body = full_response(
