@@ -178,3 +178,21 @@ async def check_sigterm_stops_the_engine(
     assert not any(pid_alive(pid) for pid in [wrapper, *engines])
     assert await instance_status(config, "prefill-0") == "inactive"  # the last heartbeat said "stopped"
     await recorder.wait_for(lambda r: r.routable() == set())
+
+
+async def test_a_node_manager_with_the_wrong_token_stops_its_engine_and_exits(
+    tmp_path: Path, control_plane: ControlPlane, refresh_recorder: Callable[..., RefreshRecorder]
+) -> None:
+    recorder = refresh_recorder()
+    await recorder.start()
+    config = sim_config(tmp_path / "config", pool=False, overrides=TIMEOUTS)
+    control_plane.controller(config, coordinators=recorder.url)
+    try:
+        node_manager = control_plane.node_manager(config, "prefill", 0, k=0, token="not-the-token")
+    except RuntimeError as exc:  # it may already be gone when its port is first probed
+        assert "refused the token (401)" in str(exc)
+        return
+    assert node_manager.process.wait(timeout=60) == 2
+    assert "refused the token (401)" in node_manager.log_text()
+    assert all(not pid_alive(pid) for pid in control_plane.engine_pids)
+    assert (await controller_state(config)).instances == []

@@ -53,6 +53,12 @@ def deploy_local(
     out: TextIO | None = None,
 ) -> int:
     out = out or sys.stdout
+    if plan.target != "local":
+        print(
+            f"motor deploy: the local backend runs local plans; this one targets {plan.target}",
+            file=sys.stderr,
+        )
+        return 2
     run_dir = job_dir(run_root, plan.job_id)
     refusal = _refuse_running(run_dir, plan.job_id, run_root) or _refuse_busy_ports(plan)
     if refusal:
