@@ -16,14 +16,15 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from motor.engine.sim.config import SimConfig
 from motor.engine.sim.errors import SimError, bad_request
 from motor.engine.sim.kv_blocks import transfer_key
 from motor.engine.sim.kv_pool import KvPool
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,8 @@ class RemoteKvLocator:
         return None
 
     async def _via_callback(self, request_id: str, url: str) -> list[str] | None:
+        import aiohttp  # only decode_first needs an HTTP client: keeps engine start-up fast
+
         transfer_id = f"push-{uuid.uuid4().hex}"
         body = {
             "request_id": request_id,
@@ -182,8 +185,10 @@ class RemoteKvLocator:
             await asyncio.sleep(min(delay, remaining))
             delay = min(delay * 2, _POLL_MAX_S)
 
-    def _client(self) -> aiohttp.ClientSession:
+    def _client(self) -> "aiohttp.ClientSession":
         if self._session is None:
+            import aiohttp
+
             self._session = aiohttp.ClientSession()
         return self._session
 
