@@ -59,6 +59,7 @@ def test_deploy_serve_status_refuse_and_stop(
     for line in ("prefill-0  prefill  active  healthy", "decode-0   decode   active  healthy", "KV pool:"):
         assert line in table, table
     assert "coordinator" in table and "ready: true" in table
+    assert status_local(run.run_root, None, out=io.StringIO()) == 0  # every job under the run root
 
     # a second deploy of the same job is refused and leaves the running one alone
     before = run.pids()
@@ -75,7 +76,7 @@ def test_deploy_serve_status_refuse_and_stop(
     assert [pid for pid in recorded if start_ticks(pid) == ticks[pid]] == []
     assert not (run.run_dir / "state.json").exists()
     assert status_local(run.run_root, run.job_id) == 1
-    assert stop_local(run.run_root, run.job_id) == 0  # nothing left to stop
+    assert stop_local(run.run_root, None) == 0  # nothing left to stop
 
 
 def test_a_component_that_fails_to_start_fails_the_deploy_and_leaves_nothing(

@@ -44,6 +44,14 @@ def job_dir(run_root: Path, job_id: str) -> Path:
     return Path(run_root).resolve() / job_id
 
 
+def deployed_jobs(run_root: Path) -> list[str]:
+    """Job ids with a state.json under `run_root`."""
+    root = Path(run_root).resolve()
+    if not root.is_dir():
+        return []
+    return sorted(entry.name for entry in root.iterdir() if (entry / STATE_FILE).is_file())
+
+
 def state_path(run_dir: Path) -> Path:
     return Path(run_dir) / STATE_FILE
 

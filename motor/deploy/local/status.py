@@ -10,14 +10,25 @@ from typing import TextIO
 from pydantic import ValidationError
 
 from motor.deploy.local.processes import Identity, http_status
-from motor.deploy.local.state import RunState, job_dir, read_state
+from motor.deploy.local.state import RunState, deployed_jobs, job_dir, read_state
 from motor.pool.metrics import MetricsUnavailable, scrape_pool
 from motor.protocol.controller import ControllerState, bearer
 
 
-def status_local(run_root: Path, job_id: str, *, out: TextIO | None = None) -> int:
-    """Print the job's state; 0 when every component runs and answers its probe, 1 otherwise."""
+def status_local(run_root: Path, job_id: str | None, *, out: TextIO | None = None) -> int:
+    """Print the job's state (every job under `run_root` when `job_id` is None); 0 when every component runs
+    and answers its probe, 1 otherwise."""
     out = out or sys.stdout
+    if job_id is None:
+        jobs = deployed_jobs(run_root)
+        if not jobs:
+            print(f"no local jobs in {Path(run_root).resolve()} (deploy one with `motor deploy`)", file=out)
+            return 1
+        codes = []
+        for job in jobs:
+            codes.append(status_local(run_root, job, out=out))
+            print(file=out)
+        return max(codes)
     run_dir = job_dir(run_root, job_id)
     try:
         state = read_state(run_dir)

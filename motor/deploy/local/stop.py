@@ -7,7 +7,7 @@ from typing import TextIO
 from pydantic import ValidationError
 
 from motor.deploy.local.processes import STOP_GRACE_S, Identity, stop_groups
-from motor.deploy.local.state import RunState, job_dir, read_state, remove_state
+from motor.deploy.local.state import RunState, deployed_jobs, job_dir, read_state, remove_state
 from motor.protocol.node_manager import ENGINE_PID_FILE, EngineProcessRecord
 
 # Stopped in this order: node managers first (each stops its engine), the control plane, the pool last.
@@ -48,8 +48,22 @@ def _orphaned_engines(state: RunState) -> list[Identity]:
     return found
 
 
-def stop_local(run_root: Path, job_id: str, *, out: TextIO | None = None) -> int:
+def stop_local(run_root: Path, job_id: str | None, *, out: TextIO | None = None) -> int:
+    """Stop job `job_id`, or the only job under `run_root` when it is None."""
     out = out or sys.stdout
+    if job_id is None:
+        jobs = deployed_jobs(run_root)
+        if len(jobs) > 1:
+            print(
+                f"motor stop: several local jobs in {Path(run_root).resolve()} ({', '.join(jobs)}); "
+                "say which with --job-id",
+                file=sys.stderr,
+            )
+            return 2
+        if not jobs:
+            print(f"motor stop: nothing to stop: no local jobs in {Path(run_root).resolve()}", file=out)
+            return 0
+        job_id = jobs[0]
     run_dir = job_dir(run_root, job_id)
     try:
         state = read_state(run_dir)
