@@ -40,10 +40,14 @@ class UpstreamConnection(asyncio.Protocol):
         self.idle_since = 0.0
         self._waiter: asyncio.Future[None] | None = None
         self._write_paused = False
+        self._wake_on_progress = True
+        self._last_byte = 0.0
+        self._timer: asyncio.TimerHandle | None = None
         self._reset()
 
     def _reset(self) -> None:
         self.status = 0
+        self.keep_alive = False
         self.headers: list[tuple[bytes, bytes]] = []
         self.head_done = False
         self.complete = False
@@ -59,6 +63,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.received_any = True
+        self._last_byte = self._loop.time()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -88,15 +93,20 @@ class UpstreamConnection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self.status = self.parser.get_status_code()
+        # Only meaningful while the message is parsed (httptools answers False after it ended).
+        self.keep_alive = self.parser.should_keep_alive()
         self.head_done = True
-        self._wake()
+        if self._wake_on_progress:
+            self._wake()
 
     def on_body(self, body: bytes) -> None:
         self._chunks.append(body)
         self._buffered += len(body)
-        if self._buffered > READ_PAUSE_BYTES and self.transport is not None:
-            self.transport.pause_reading()
-        self._wake()
+        if self._wake_on_progress:
+            # Streaming reader: bound what we hold for a slow client (the engine then waits on TCP).
+            if self._buffered > READ_PAUSE_BYTES and self.transport is not None:
+                self.transport.pause_reading()
+            self._wake()
 
     def on_message_complete(self) -> None:
         self.complete = True
@@ -143,7 +153,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def release(self) -> None:
         """Return to the pool when the exchange finished cleanly, else close."""
-        if self.complete and not self.closed and self.parser.should_keep_alive():
+        if self.complete and not self.closed and self.keep_alive:
             self._pool._release(self)
         else:
             self.abort()
@@ -162,25 +172,58 @@ class UpstreamConnection(asyncio.Protocol):
                 raise self.error
             await self._wait(deadline, "the engine did not answer in time")
 
+    async def _wait_complete(self, deadline: float, read_timeout: float) -> None:
+        """Until the whole response arrived, waking the task once rather than per segment: at most until
+        `deadline`, and at most `read_timeout` of silence once the engine started answering."""
+        self._wake_on_progress = False
+        try:
+            while not self.complete:
+                if self.error is not None:
+                    raise self.error
+                await self._wait(deadline, "the engine did not answer in time", silence=read_timeout)
+        finally:
+            self._wake_on_progress = True
+
     async def _drain(self, deadline: float) -> None:
         while self._write_paused and self.error is None:
             await self._wait(deadline, "writing the request to the engine took longer than write_timeout")
         if self.error is not None:
             raise self.error
 
-    async def _wait(self, deadline: float, timeout_message: str) -> None:
+    async def _wait(self, deadline: float, timeout_message: str, silence: float = 0.0) -> None:
         loop = self._loop
         if deadline <= loop.time():
             self._timeout(None, timeout_message)
             raise self.error or UpstreamError("timeout", timeout_message)
         waiter = loop.create_future()
         self._waiter = waiter
-        handle = loop.call_at(deadline, self._timeout, waiter, timeout_message)
+        self._timer = loop.call_at(
+            self._alarm(deadline, silence), self._on_alarm, waiter, deadline, silence, timeout_message
+        )
         try:
             await waiter
         finally:
-            handle.cancel()
+            self._timer.cancel()
+            self._timer = None
             self._waiter = None
+
+    def _alarm(self, deadline: float, silence: float) -> float:
+        if silence and self.received_any:
+            return min(deadline, self._last_byte + silence)
+        return deadline
+
+    def _on_alarm(self, waiter: asyncio.Future[None], deadline: float, silence: float, message: str) -> None:
+        """Fires at the earliest possible timeout; bytes that arrived since push the silence limit on."""
+        if waiter.done():
+            return
+        now = self._loop.time()
+        if now < deadline and silence:
+            alarm = self._alarm(deadline, silence)
+            if alarm > now:
+                self._timer = self._loop.call_at(alarm, self._on_alarm, waiter, deadline, silence, message)
+                return
+            message = f"the engine went silent for longer than the read timeout ({silence:g} s)"
+        self._timeout(waiter, message)
 
     def _timeout(self, waiter: asyncio.Future[None] | None, message: str) -> None:
         if waiter is not None and waiter.done():
@@ -221,33 +264,38 @@ class UpstreamPool:
         *,
         head_deadline: float,
         track: list[UpstreamConnection],
+        whole_silence: float | None = None,
     ) -> UpstreamConnection:
-        """Send one request and wait for the response head (status and headers) until `head_deadline`.
+        """Send one request and wait for the response head (status and headers) until `head_deadline`, or
+        with `whole_silence` (a read timeout) for the whole response.
 
         The connection is appended to `track` as soon as the request is written, so the caller can cancel the
-        leg (abort) while the head is still awaited.
+        leg (abort) while the answer is still awaited.
         """
         data = head + body
         connection = await self._acquire(host, port, head_deadline)
         track.append(connection)
         try:
-            return await self._exchange(connection, data, head_deadline)
+            return await self._exchange(connection, data, head_deadline, whole_silence)
         except UpstreamError as exc:
             if not (connection.reused and exc.kind == "closed" and not connection.received_any):
                 raise
             track.remove(connection)
         connection = await self._connect(host, port, head_deadline)
         track.append(connection)
-        return await self._exchange(connection, data, head_deadline)
+        return await self._exchange(connection, data, head_deadline, whole_silence)
 
     async def _exchange(
-        self, connection: UpstreamConnection, data: bytes, head_deadline: float
+        self, connection: UpstreamConnection, data: bytes, head_deadline: float, whole_silence: float | None
     ) -> UpstreamConnection:
         try:
             connection._send(data)
             if connection._write_paused:
                 await connection._drain(min(head_deadline, self.loop.time() + self.write_timeout))
-            await connection._wait_head(head_deadline)
+            if whole_silence is None:
+                await connection._wait_head(head_deadline)
+            else:
+                await connection._wait_complete(head_deadline, whole_silence)
         except BaseException:
             connection.abort()
             raise

@@ -145,8 +145,11 @@ class Dispatch:
 
     # ---- legs ----------------------------------------------------------------------------------------------
 
-    async def call(self, target: Target, body: bytes, head_deadline: float) -> UpstreamConnection:
-        """Send a leg and wait for its response head; non-200 answers become LegFailure or EngineRejected."""
+    async def call(
+        self, target: Target, body: bytes, head_deadline: float, *, whole: bool = False
+    ) -> UpstreamConnection:
+        """Send a leg and wait for its response head (`whole`: the whole response, for non-stream legs);
+        non-200 answers become LegFailure or EngineRejected."""
         head = (
             b"POST %b HTTP/1.1\r\nhost: %b\r\ncontent-type: application/json\r\nx-request-id: %b\r\n"
             b"content-length: %d\r\n\r\n" % (self.request.path, target.host_header, self.rid, len(body))
@@ -154,7 +157,13 @@ class Dispatch:
         started = time.perf_counter()
         try:
             connection = await self.core.pool.request(
-                target.host, target.port, head, body, head_deadline=head_deadline, track=self.legs
+                target.host,
+                target.port,
+                head,
+                body,
+                head_deadline=head_deadline,
+                track=self.legs,
+                whole_silence=self.core.config.timeout_config.read_timeout if whole else None,
             )
         except UpstreamError as exc:
             raise self._failure(target, exc) from None
@@ -209,7 +218,7 @@ class Dispatch:
         self.prefill_allocation = allocation
         body = prefill_body(self.request.body, kv_transfer_params, **extra)
         started = time.perf_counter()
-        connection = await self.call(target, body, deadline)
+        connection = await self.call(target, body, deadline, whole=True)
         raw = await self.read_body(connection, target, deadline)
         self.finish_leg(connection)
         allocation.release_tokens()
@@ -235,10 +244,11 @@ class Dispatch:
         """Send the leg whose output the client sees; return once its first events (or whole body) arrived."""
         stream = self.request.stream
         self.leg_started = time.perf_counter()
-        connection = await self.call(target, body, first_token_deadline if stream else self.deadline)
         if not stream:
+            connection = await self.call(target, body, self.deadline, whole=True)
             raw = await self.read_body(connection, target, self.deadline)
             return self._opened(target, connection, raw, None)
+        connection = await self.call(target, body, first_token_deadline)
         splitter = SseSplitter()
         while True:
             chunk = await self.read_chunk(connection, target, first_token_deadline)
