@@ -40,8 +40,8 @@ class NodeManager:
         log.info("stopping (%s)", reason)
         if self._heartbeats is not None:
             self._heartbeats.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeats
+            # A heartbeat task that already failed (e.g. a refused token) was reported by its watcher.
+            await asyncio.gather(self._heartbeats, return_exceptions=True)
         if self.registered:
             with contextlib.suppress(ControllerUnreachable, NotRegistered, TimeoutError):
                 async with asyncio.timeout(FINAL_HEARTBEAT_TIMEOUT_S):
