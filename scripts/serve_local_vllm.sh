@@ -26,7 +26,20 @@ if [[ ! -f "$model_dir/model.safetensors" ]]; then
     HF_HUB_OFFLINE=1 "$venv/bin/motor" model tiny "$model_dir"
 fi
 
-"$venv/bin/motor" deploy --config-dir examples/local
+# Each engine runs in its own run directory, so it gets the model as an absolute path: a copy of the example with
+# the path resolved here is what gets deployed.
+config_dir=.motor/examples-local
+mkdir -p "$config_dir"
+cp examples/local/env.json "$config_dir/env.json"
+"$venv/bin/python" - "$model_dir" "$config_dir/user_config.json" <<'PY'
+import json, pathlib, sys
+model, target = str(pathlib.Path(sys.argv[1]).resolve()), pathlib.Path(sys.argv[2])
+user = json.loads(pathlib.Path("examples/local/user_config.json").read_text())
+for section in ("motor_engine_prefill_config", "motor_engine_decode_config"):
+    user[section]["engine_config"]["model"] = model
+target.write_text(json.dumps(user, indent=2) + "\n")
+PY
+"$venv/bin/motor" deploy --config-dir "$config_dir"
 
 log "chat request through the coordinator (the tiny model is random: expect noise, deterministic noise)"
 curl -sS --max-time 120 http://127.0.0.1:1025/v1/chat/completions -H 'Content-Type: application/json' \
