@@ -77,7 +77,7 @@ def engine_launch(
         )
     options["host"] = host
     options["port"] = port
-    options["served-model-name"] = served_model_name(spec)
+    options["served-model-name"] = options.get("served-model-name") or served_model_name(spec)
     transfer = transfer_config(spec.engine_config)
     if transfer is not None:
         options["kv-transfer-config"] = with_engine_id(transfer, instance_id)

@@ -153,6 +153,15 @@ def test_store_config_file_and_env(tmp_path: Path) -> None:
     assert written == store
 
 
+def test_every_served_name_is_passed(tmp_path: Path) -> None:
+    launch = launch_for({"kv_connector": "ExampleConnector"}, tmp_path, names=["a", "b"])
+    engine = engine_part(launch.argv)
+    assert engine[engine.index("--served-model-name") + 1 : engine.index("--served-model-name") + 3] == [
+        "a",
+        "b",
+    ]
+
+
 def test_served_model_name_falls_back_to_model() -> None:
     assert served_model_name(role_spec({"model": "/models/tiny"})) == "/models/tiny"
     assert served_model_name(role_spec({"model": "/m", "served-model-name": ["a", "b"]})) == "a"
@@ -231,9 +240,9 @@ def mooncake_multi(role: str, **transfer: Any) -> dict[str, Any]:
     }
 
 
-def launch_for(config: dict[str, Any], tmp_path: Path, **kwargs: Any):
+def launch_for(config: dict[str, Any], tmp_path: Path, names: list[str] | None = None, **kwargs: Any):
     return engine_launch(
-        role_spec({"model": "/m", "kv_transfer_config": config}),
+        role_spec({"model": "/m", "served_model_name": names, "kv_transfer_config": config}),
         instance_id="prefill-0",
         host="127.0.0.1",
         port=1,
