@@ -150,7 +150,7 @@ def hf_greedy(model_dir: Path, prompt: list[int], steps: int) -> list[int]:
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True).eval()
     ids = list(prompt)
     with torch.no_grad():
         for _ in range(steps):
