@@ -2,8 +2,9 @@
 
 1. Added latency: non-stream completions against a zero-latency sim engine at fixed arrival rates (default
    100 and 500 req/s, open loop: request i is due at t0 + i/rate whatever happened before, latency counts from
-   that due time), first straight to the engine, then through the coordinator (aggregated profile, one
-   process). Reports P50/P99 of both and the difference, plus the coordinator's own self-overhead histogram.
+   that due time), straight to the engine and through the coordinator (aggregated profile, one process) in
+   alternating one-second turns, so both paths share the host's background noise. Reports P50/P99 of both and
+   the difference, plus the coordinator's own self-overhead histogram.
 2. Streams: N concurrent streams (default 2,000) against a sim engine at --itl-ms 100 (10 tokens/s per
    stream), straight and through the coordinator; counts every error (status, connection, SSE error events,
    missing [DONE], wrong token count) and the peak number of streams open at once.
@@ -225,9 +226,8 @@ async def one_request(pool: UpstreamPool, port: int) -> int:
     return connection.status
 
 
-async def open_loop(port: int, rate: float, duration: float) -> tuple[list[float], int]:
+async def open_loop(pool: UpstreamPool, port: int, rate: float, duration: float) -> tuple[list[float], int]:
     """Latencies (s, from each request's due time) and the error count of `rate × duration` requests."""
-    pool = UpstreamPool(connect_timeout=10, write_timeout=10)
     latencies: list[float] = []
     errors = 0
 
@@ -243,10 +243,8 @@ async def open_loop(port: int, rate: float, duration: float) -> tuple[list[float
             return
         latencies.append(time.perf_counter() - due)
 
-    for _ in range(200):  # warm the connection pool and both processes
-        await one_request(pool, port)
     count = int(rate * duration)
-    start = time.perf_counter() + 0.05
+    start = time.perf_counter() + 0.02
     tasks = []
     for i in range(count):
         due = start + i / rate
@@ -255,8 +253,28 @@ async def open_loop(port: int, rate: float, duration: float) -> tuple[list[float
             await asyncio.sleep(delay)
         tasks.append(asyncio.ensure_future(run(due)))
     await asyncio.gather(*tasks)
-    pool.close()
     return latencies, errors
+
+
+async def compare(
+    direct_port: int, coordinator_port: int, rate: float, duration: float, slices: int
+) -> dict[str, tuple[list[float], int]]:
+    """Both paths in alternating one-slice turns, so both see the same background noise on a shared host."""
+    pools = {name: UpstreamPool(connect_timeout=10, write_timeout=10) for name in ("direct", "coordinator")}
+    ports = {"direct": direct_port, "coordinator": coordinator_port}
+    results: dict[str, tuple[list[float], int]] = {name: ([], 0) for name in pools}
+    for name, pool in pools.items():
+        for _ in range(200):  # warm connections and both processes
+            await one_request(pool, ports[name])
+    for turn in range(slices):
+        order = ("direct", "coordinator") if turn % 2 == 0 else ("coordinator", "direct")
+        for name in order:
+            latencies, errors = await open_loop(pools[name], ports[name], rate, duration / slices)
+            results[name][0].extend(latencies)
+            results[name] = (results[name][0], results[name][1] + errors)
+    for pool in pools.values():
+        pool.close()
+    return results
 
 
 @dataclass
@@ -297,7 +315,7 @@ async def streams(port: int, count: int, tokens: int, ramp_s: float) -> StreamRe
         peak = max(peak, open_now)
         events, tail = 0, b""
         try:
-            while (chunk := await connection.next_chunk(pool.loop.time() + 30)) is not None:
+            while (chunk := await connection.next_chunk(pool.loop.time() + 60, 30)) is not None:
                 events += chunk.count(b"data: {")
                 if b'"error"' in chunk:
                     failed("SSE error event")
@@ -403,12 +421,12 @@ async def main(args: argparse.Namespace) -> None:
             f"{'rate':>6s} {'path':12s} {'n':>6s} {'err':>4s} {'P50':>8s} {'P99':>8s} | coordinator self-overhead P50/P99"
         )
         for rate in args.rates:
-            direct, direct_errors = await open_loop(fast.port, rate, args.duration)
             before = histogram(scrape(mgmt_port), "motor_coordinator_overhead_seconds")
-            via, via_errors = await open_loop(coordinator.port, rate, args.duration)
+            results = await compare(fast.port, coordinator.port, rate, args.duration, args.slices)
             after = histogram(scrape(mgmt_port), "motor_coordinator_overhead_seconds")
             own50 = histogram_quantile(before, after, 0.5)
             own99 = histogram_quantile(before, after, 0.99)
+            (direct, direct_errors), (via, via_errors) = results["direct"], results["coordinator"]
             d50, d99 = percentile(direct, 0.5), percentile(direct, 0.99)
             v50, v99 = percentile(via, 0.5), percentile(via, 0.99)
             print(f"{rate:6.0f} {'direct':12s} {len(direct):6d} {direct_errors:4d} {ms(d50)} {ms(d99)}")
@@ -437,6 +455,9 @@ def parse_args() -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--duration", type=float, default=10.0, help="seconds of load per rate and path")
+    parser.add_argument(
+        "--slices", type=int, default=10, help="alternating turns per rate (direct, coordinator)"
+    )
     parser.add_argument("--rates", type=lambda s: [float(r) for r in s.split(",")], default=[100.0, 500.0])
     parser.add_argument("--streams", type=int, default=2000)
     parser.add_argument(

@@ -66,6 +66,7 @@ class Core:
         self._sweeper = asyncio.create_task(self._sweep())
 
     async def stop(self) -> None:
+        self.metrics.flush()
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -89,6 +90,7 @@ class Core:
         interval = min(MAX_SWEEP_INTERVAL, write_timeout / 4)
         while True:
             await asyncio.sleep(interval)
+            self.metrics.flush()
             if not self.active:
                 continue
             now = time.perf_counter()

@@ -1,6 +1,7 @@
 """Prometheus metrics of one coordinator process (aggregated across worker processes by the management
 process through prometheus_client's multiprocess mode when `num_workers` > 1)."""
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -15,6 +16,40 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5)
 OVERHEAD_BUCKETS = (0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.002, 0.005, 0.01, 0.05)
 LEGS = ("prefill", "kv_wait", "decode", "aggregated")
+
+
+class BatchedHistogram:
+    """Counts observations locally and adds them to a prometheus_client histogram on `flush()`.
+
+    The inter-token latency is observed once per streamed event (20,000 times a second with 2,000 streams at
+    10 tokens/s), where `Histogram.observe` (a lock per value) is a measurable share of the relay's cost. The
+    flush adds the counts to the histogram's own bucket values, so the exposition is exactly what per-event
+    observe() would give (tests/unit/test_coordinator_metrics.py checks that).
+    """
+
+    def __init__(self, histogram: Histogram) -> None:
+        self._target = histogram
+        self._bounds = list(histogram._upper_bounds)  # ends with +Inf
+        self._counts = [0] * len(self._bounds)
+        self._sum = 0.0
+        self.pending = 0
+
+    def observe(self, value: float, count: int = 1) -> None:
+        self._counts[bisect_left(self._bounds, value)] += count
+        self._sum += value * count
+        self.pending += count
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        buckets = self._target._buckets
+        for i, count in enumerate(self._counts):
+            if count:
+                buckets[i].inc(count)
+                self._counts[i] = 0
+        self._target._sum.inc(self._sum)
+        self._sum = 0.0
+        self.pending = 0
 
 
 class CoordinatorMetrics:
@@ -82,9 +117,13 @@ class CoordinatorMetrics:
             registry=registry,
             multiprocess_mode="livesum",
         )
+        self.itl_batch = BatchedHistogram(self.itl)
         self._request_children: dict[tuple[str, int], Any] = {}
         self._leg_children = {leg: self.leg.labels(leg) for leg in LEGS}
         self._e2e_children: dict[str, Any] = {}
+
+    def flush(self) -> None:
+        self.itl_batch.flush()
 
     def request_done(self, route: str, status: int) -> None:
         child = self._request_children.get((route, status))

@@ -44,6 +44,7 @@ class LocalControl:
         return self.registry.apply(event)
 
     def metrics_text(self) -> bytes:
+        self.core.metrics.flush()
         return generate_latest(self._prometheus)
 
 

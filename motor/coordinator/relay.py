@@ -11,16 +11,15 @@ from motor.coordinator.asgi import JSON, Send
 from motor.coordinator.dispatch.profiles import prefill_cached_tokens
 from motor.coordinator.dispatch.request import Dispatch, LegFailure, Opened
 from motor.coordinator.sse import USAGE_MARK, error_events, rewrite_usage_events, set_cached_tokens
+from motor.coordinator.upstream import UpstreamError
 
 STREAM_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
 
 async def _send(d: Dispatch, send: Send, message: dict) -> None:
-    started = time.perf_counter()
-    d.sending_since = started
+    d.sending_since = time.perf_counter()
     await send(message)
     d.sending_since = 0.0
-    d.waited += time.perf_counter() - started
 
 
 async def relay_full(d: Dispatch, opened: Opened, send: Send) -> int:
@@ -39,7 +38,7 @@ async def relay_full(d: Dispatch, opened: Opened, send: Send) -> int:
 async def relay_stream(d: Dispatch, opened: Opened, send: Send) -> int:
     metrics = d.core.metrics
     headers = [*STREAM_HEADERS, (b"x-request-id", d.rid)]
-    await _send(d, send, {"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
     await _send(
         d, send, {"type": "http.response.body", "body": await _events(d, opened.first), "more_body": True}
     )
@@ -48,14 +47,21 @@ async def relay_stream(d: Dispatch, opened: Opened, send: Send) -> int:
     splitter = opened.splitter
     assert splitter is not None
     connection, target = opened.connection, opened.target
-    itl = metrics.itl
+    itl = metrics.itl_batch
+    read_timeout = d.core.config.timeout_config.read_timeout
+    deadline = d.deadline
+    rewrite_usage = d.pd
     tail = b""
+    # The per-event path: kept flat (no helper coroutines) because it runs once per token of every stream.
     while True:
+        started = time.perf_counter()
         try:
-            chunk = await d.read_chunk(connection, target, d.read_deadline())
-        except LegFailure as failure:
-            tail = _stream_failure(d, failure)
+            chunk = await connection.next_chunk(deadline, read_timeout)
+        except UpstreamError as exc:
+            tail = _stream_failure(d, d.failure(target, exc))
             break
+        now = time.perf_counter()
+        d.waited += now - started
         if chunk is None:
             if not splitter.done:
                 tail = error_events(
@@ -67,20 +73,19 @@ async def relay_stream(d: Dispatch, opened: Opened, send: Send) -> int:
         events = splitter.feed(chunk)
         if not events:
             continue
-        await _send(
-            d, send, {"type": "http.response.body", "body": await _events(d, events), "more_body": True}
-        )
-        now = time.perf_counter()
+        if rewrite_usage and USAGE_MARK in events:
+            events = await _events(d, events)
+        d.sending_since = now
+        await send({"type": "http.response.body", "body": events, "more_body": True})
+        d.sending_since = 0.0
         count = events.count(b"data: {")
         if count:
-            gap = (now - last) / count
-            for _ in range(count):
-                itl.observe(gap)
-        last = now
+            itl.observe((now - last) / count, count)
+            last = now
     if connection.complete:
         d.finish_leg(connection)
     d.finished = True
-    await _send(d, send, {"type": "http.response.body", "body": tail, "more_body": False})
+    await send({"type": "http.response.body", "body": tail, "more_body": False})
     _observe_leg_end(d, opened)
     return 200
 

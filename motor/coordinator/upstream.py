@@ -2,8 +2,11 @@
 
 Chosen over aiohttp and httpx by measured overhead (see the README's Coordinator section and
 `benchmarks/coordinator_overhead.py --clients`). It also gives the coordinator exact control over what it
-needs: deadlines per wait, and `abort()` that closes a leg's connection at once, which is how a leg is
-cancelled at the engine.
+needs: deadlines per wait, a read-silence limit, and `abort()` that closes a leg's connection at once, which is
+how a leg is cancelled at the engine.
+
+Timeouts cost one timer per connection, not one per read: the alarm is armed for the earliest moment a wait
+could time out, and when it fires early (bytes arrived meanwhile) it re-arms itself for the new limit.
 """
 
 import asyncio
@@ -42,7 +45,11 @@ class UpstreamConnection(asyncio.Protocol):
         self._write_paused = False
         self._wake_on_progress = True
         self._last_byte = 0.0
-        self._timer: asyncio.TimerHandle | None = None
+        self._alarm: asyncio.TimerHandle | None = None
+        self._alarm_at = 0.0
+        self._deadline = 0.0
+        self._silence = 0.0
+        self._timeout_message = ""
         self._reset()
 
     def _reset(self) -> None:
@@ -75,6 +82,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._disarm()
         if not self.complete:
             self._fail(UpstreamError("closed", "the engine closed the connection before the response ended"))
         self._wake()
@@ -110,6 +118,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.complete = True
+        self._disarm()
         self._wake()
 
     # ---- exchange API --------------------------------------------------------------------------------------
@@ -120,14 +129,15 @@ class UpstreamConnection(asyncio.Protocol):
                 return value
         return None
 
-    async def next_chunk(self, deadline: float) -> bytes | None:
-        """Body bytes received so far (waiting until `deadline` if none); None once the body has ended."""
+    async def next_chunk(self, deadline: float, silence: float = 0.0) -> bytes | None:
+        """Body bytes received so far, waiting if there are none: until `deadline`, and (with `silence`) at
+        most that long after the last byte. None once the body has ended."""
         while not self._chunks:
             if self.complete:
                 return None
             if self.error is not None:
                 raise self.error
-            await self._wait(deadline, "the engine sent nothing within the read timeout")
+            await self._wait(deadline, silence, "the engine sent nothing in time")
         data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
         self._chunks.clear()
         if self._buffered > READ_PAUSE_BYTES and self.transport is not None:
@@ -135,18 +145,16 @@ class UpstreamConnection(asyncio.Protocol):
         self._buffered = 0
         return data
 
-    async def read_body(self, deadline: float, read_timeout: float) -> bytes:
-        """The whole body; each wait ends at the earlier of `deadline` and `read_timeout` of silence."""
+    async def read_body(self, deadline: float, silence: float) -> bytes:
         parts = []
-        while True:
-            chunk = await self.next_chunk(min(deadline, self._loop.time() + read_timeout))
-            if chunk is None:
-                return b"".join(parts)
+        while (chunk := await self.next_chunk(deadline, silence)) is not None:
             parts.append(chunk)
+        return b"".join(parts)
 
     def abort(self) -> None:
         """Close the connection now: this cancels the leg at the engine."""
         self.closed = True
+        self._disarm()
         if self.transport is not None:
             self.transport.abort()
         self._fail(UpstreamError("cancelled", "the leg was cancelled by the coordinator"))
@@ -154,6 +162,7 @@ class UpstreamConnection(asyncio.Protocol):
     def release(self) -> None:
         """Return to the pool when the exchange finished cleanly, else close."""
         if self.complete and not self.closed and self.keep_alive:
+            self._disarm()
             self._pool._release(self)
         else:
             self.abort()
@@ -170,69 +179,79 @@ class UpstreamConnection(asyncio.Protocol):
         while not self.head_done:
             if self.error is not None:
                 raise self.error
-            await self._wait(deadline, "the engine did not answer in time")
+            await self._wait(deadline, 0.0, "the engine did not answer in time")
 
-    async def _wait_complete(self, deadline: float, read_timeout: float) -> None:
-        """Until the whole response arrived, waking the task once rather than per segment: at most until
-        `deadline`, and at most `read_timeout` of silence once the engine started answering."""
+    async def _wait_complete(self, deadline: float, silence: float) -> None:
+        """Until the whole response arrived, waking the task once rather than per segment."""
         self._wake_on_progress = False
         try:
             while not self.complete:
                 if self.error is not None:
                     raise self.error
-                await self._wait(deadline, "the engine did not answer in time", silence=read_timeout)
+                await self._wait(deadline, silence, "the engine did not answer in time")
         finally:
             self._wake_on_progress = True
 
     async def _drain(self, deadline: float) -> None:
         while self._write_paused and self.error is None:
-            await self._wait(deadline, "writing the request to the engine took longer than write_timeout")
+            await self._wait(
+                deadline, 0.0, "writing the request to the engine took longer than write_timeout"
+            )
         if self.error is not None:
             raise self.error
 
-    async def _wait(self, deadline: float, timeout_message: str, silence: float = 0.0) -> None:
+    async def _wait(self, deadline: float, silence: float, message: str) -> None:
         loop = self._loop
-        if deadline <= loop.time():
-            self._timeout(None, timeout_message)
-            raise self.error or UpstreamError("timeout", timeout_message)
+        self._deadline, self._silence, self._timeout_message = deadline, silence, message
+        limit = self._limit()
+        if limit <= loop.time():
+            self._expire()
+            raise self.error or UpstreamError("timeout", message)
+        if self._alarm is None or self._alarm_at > limit:
+            if self._alarm is not None:
+                self._alarm.cancel()
+            self._alarm = loop.call_at(limit, self._on_alarm)
+            self._alarm_at = limit
         waiter = loop.create_future()
         self._waiter = waiter
-        self._timer = loop.call_at(
-            self._alarm(deadline, silence), self._on_alarm, waiter, deadline, silence, timeout_message
-        )
         try:
             await waiter
         finally:
-            self._timer.cancel()
-            self._timer = None
             self._waiter = None
 
-    def _alarm(self, deadline: float, silence: float) -> float:
-        if silence and self.received_any:
-            return min(deadline, self._last_byte + silence)
-        return deadline
+    def _limit(self) -> float:
+        if self._silence and self.received_any:
+            return min(self._deadline, self._last_byte + self._silence)
+        return self._deadline
 
-    def _on_alarm(self, waiter: asyncio.Future[None], deadline: float, silence: float, message: str) -> None:
-        """Fires at the earliest possible timeout; bytes that arrived since push the silence limit on."""
-        if waiter.done():
+    def _on_alarm(self) -> None:
+        self._alarm = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # nobody waits now; the next wait arms a new alarm
+        limit = self._limit()
+        if limit > self._loop.time():
+            self._alarm = self._loop.call_at(limit, self._on_alarm)
+            self._alarm_at = limit
             return
-        now = self._loop.time()
-        if now < deadline and silence:
-            alarm = self._alarm(deadline, silence)
-            if alarm > now:
-                self._timer = self._loop.call_at(alarm, self._on_alarm, waiter, deadline, silence, message)
-                return
-            message = f"the engine went silent for longer than the read timeout ({silence:g} s)"
-        self._timeout(waiter, message)
+        self._expire()
 
-    def _timeout(self, waiter: asyncio.Future[None] | None, message: str) -> None:
-        if waiter is not None and waiter.done():
-            return
+    def _expire(self) -> None:
+        if self._limit() < self._deadline:
+            message = f"the engine went silent for longer than the read timeout ({self._silence:g} s)"
+        else:
+            message = self._timeout_message
         self._fail(UpstreamError("timeout", message))
         self.closed = True
+        self._disarm()
         if self.transport is not None:
             self.transport.abort()
         self._wake()
+
+    def _disarm(self) -> None:
+        if self._alarm is not None:
+            self._alarm.cancel()
+            self._alarm = None
 
     def _fail(self, error: UpstreamError) -> None:
         if self.error is None and not self.complete:
@@ -267,7 +286,7 @@ class UpstreamPool:
         whole_silence: float | None = None,
     ) -> UpstreamConnection:
         """Send one request and wait for the response head (status and headers) until `head_deadline`, or
-        with `whole_silence` (a read timeout) for the whole response.
+        with `whole_silence` (a read-silence limit) for the whole response.
 
         The connection is appended to `track` as soon as the request is written, so the caller can cancel the
         leg (abort) while the answer is still awaited.

@@ -121,9 +121,6 @@ class Dispatch:
     def prefill_deadline(self, first_token_deadline: float) -> float:
         return min(self.loop.time() + self.core.config.timeout_config.request_timeout, first_token_deadline)
 
-    def read_deadline(self) -> float:
-        return min(self.loop.time() + self.core.config.timeout_config.read_timeout, self.deadline)
-
     # ---- instances and load --------------------------------------------------------------------------------
 
     def pick(self, role: str) -> Target:
@@ -166,12 +163,12 @@ class Dispatch:
                 whole_silence=self.core.config.timeout_config.read_timeout if whole else None,
             )
         except UpstreamError as exc:
-            raise self._failure(target, exc) from None
+            raise self.failure(target, exc) from None
         finally:
             self.waited += time.perf_counter() - started
         if connection.status == 200:
             return connection
-        raw = await self.read_body(connection, target, self.read_deadline())
+        raw = await self.read_body(connection, target, self.deadline)
         self.finish_leg(connection)
         if _retryable_status(connection.status):
             raise LegFailure(
@@ -185,13 +182,13 @@ class Dispatch:
         )
 
     async def read_chunk(
-        self, connection: UpstreamConnection, target: Target, deadline: float
+        self, connection: UpstreamConnection, target: Target, deadline: float, silence: float = 0.0
     ) -> bytes | None:
         started = time.perf_counter()
         try:
-            return await connection.next_chunk(deadline)
+            return await connection.next_chunk(deadline, silence)
         except UpstreamError as exc:
-            raise self._failure(target, exc) from None
+            raise self.failure(target, exc) from None
         finally:
             self.waited += time.perf_counter() - started
 
@@ -200,7 +197,7 @@ class Dispatch:
         try:
             return await connection.read_body(deadline, self.core.config.timeout_config.read_timeout)
         except UpstreamError as exc:
-            raise self._failure(target, exc) from None
+            raise self.failure(target, exc) from None
         finally:
             self.waited += time.perf_counter() - started
 
@@ -307,7 +304,7 @@ class Dispatch:
         if self.task is not None:
             self.task.cancel()
 
-    def _failure(self, target: Target, exc: UpstreamError) -> LegFailure:
+    def failure(self, target: Target, exc: UpstreamError) -> LegFailure:
         status = 504 if exc.kind == "timeout" else 502
         return LegFailure(target.role, target, exc.kind, f"{_describe(target)}: {exc}", status=status)
 
