@@ -26,7 +26,12 @@ from motor.kv.profile import ProfileError, ProfileResolution, resolve_profile
 
 Role = Literal["prefill", "decode", "union"]
 ROLE_KV = {"prefill": "kv_producer", "decode": "kv_consumer", "union": "kv_both"}
-TRANSFER_TIMEOUT_VARS = ("ASCEND_CONNECT_TIMEOUT", "ASCEND_TRANSFER_TIMEOUT")
+# Transfer timeouts engines take from the environment, with the factor that turns their unit into milliseconds.
+TRANSFER_TIMEOUT_VARS = {
+    "ASCEND_CONNECT_TIMEOUT": ("ms", 1.0),
+    "ASCEND_TRANSFER_TIMEOUT": ("ms", 1.0),
+    "VLLM_MOONCAKE_CONNECTOR_TIMEOUT": ("s", 1000.0),
+}
 HASH_SEED_VAR = "PYTHONHASHSEED"
 DEFAULT_HASH_SEED = "0"
 
@@ -329,22 +334,22 @@ def _check_lease(
     section_names = ["motor_common_env", *dict.fromkeys(_role_env_section(env, role) for role in sections)]
     for section_name in section_names:
         values: dict[str, str] = getattr(env, section_name)
-        for var in TRANSFER_TIMEOUT_VARS:
+        for var, (unit, to_ms) in TRANSFER_TIMEOUT_VARS.items():
             if var not in values:
                 continue
             raw = values[var]
             try:
-                timeout_ms = float(raw)
+                timeout_ms = float(raw) * to_ms
             except ValueError:
                 issues.append(
-                    ConfigIssue(f"env.json:{section_name}.{var}", f"{raw!r} is not a number of milliseconds")
+                    ConfigIssue(f"env.json:{section_name}.{var}", f"{raw!r} is not a number ({unit})")
                 )
                 continue
             if pool.default_kv_lease_ttl <= timeout_ms:
                 issues.append(
                     ConfigIssue(
                         "kv_cache_pool_config.default_kv_lease_ttl",
-                        f"{pool.default_kv_lease_ttl} ms must exceed {var}={raw} ms from env.json {section_name}: "
+                        f"{pool.default_kv_lease_ttl} ms must exceed {var}={raw} {unit} from env.json {section_name}: "
                         "a KV object's lease must outlive the engines' transfer; raise the lease or lower the timeout",
                     )
                 )

@@ -52,7 +52,10 @@ def test_lease_equal_to_timeout_fails():
 def test_non_numeric_timeout_names_the_env_path():
     user, env = seed()
     env["motor_engine_decode_env"]["ASCEND_TRANSFER_TIMEOUT"] = "soon"
-    assert "not a number" in issues_of(user, env)["env.json:motor_engine_decode_env.ASCEND_TRANSFER_TIMEOUT"]
+    assert (
+        "not a number (ms)"
+        in issues_of(user, env)["env.json:motor_engine_decode_env.ASCEND_TRANSFER_TIMEOUT"]
+    )
 
 
 def test_wrong_kv_role_is_an_error_on_each_level():
@@ -375,3 +378,15 @@ def test_accelerator_protocol_on_cpu_is_an_error():
     assert 'set "protocol": "tcp"' in issues_of(user, env)["kv_cache_pool_config.protocol"]
     user["kv_cache_pool_config"]["protocol"] = "tcp"
     load_documents(user, env)
+
+
+def test_lease_must_exceed_the_mooncake_connector_timeout_in_seconds():
+    user, env = seed()
+    env["motor_engine_decode_env"]["VLLM_MOONCAKE_CONNECTOR_TIMEOUT"] = "10"
+    load_documents(user, env)
+    env["motor_engine_decode_env"]["VLLM_MOONCAKE_CONNECTOR_TIMEOUT"] = "30"
+    message = issues_of(user, env)["kv_cache_pool_config.default_kv_lease_ttl"]
+    assert (
+        "11000 ms must exceed VLLM_MOONCAKE_CONNECTOR_TIMEOUT=30 s from env.json motor_engine_decode_env"
+        in message
+    )

@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from pydantic import ValidationError
 
@@ -117,11 +117,30 @@ def _refuse_busy_ports(plan: Plan) -> str | None:
     )
 
 
+MODEL_PATH_OPTIONS = ("model", "tokenizer")
+
+
+def _absolute_model_paths(user: dict[str, Any], base: Path) -> None:
+    """Engines start in their own run directories: a relative model path that exists here is made absolute."""
+    for section_key in (
+        "motor_engine_prefill_config",
+        "motor_engine_decode_config",
+        "motor_engine_union_config",
+    ):
+        engine_config = (user.get(section_key) or {}).get("engine_config") or {}
+        for option in MODEL_PATH_OPTIONS:
+            for key in (option, option.replace("_", "-")):
+                value = engine_config.get(key)
+                if isinstance(value, str) and not Path(value).is_absolute() and (base / value).exists():
+                    engine_config[key] = str((base / value).resolve())
+
+
 def _prepare(plan: Plan, topology: Topology, run_dir: Path) -> RunState:
     config_dir = Path(plan.config_dir)
     config_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
     user = topology.user.model_dump(mode="json", exclude_unset=True, by_alias=True)
+    _absolute_model_paths(user, Path.cwd())
     env = topology.env.model_dump(mode="json", exclude_unset=True)
     Path(plan.user_config_path).write_text(json.dumps(user, indent=2) + "\n", encoding="utf-8")
     Path(plan.env_config_path).write_text(json.dumps(env, indent=2) + "\n", encoding="utf-8")
