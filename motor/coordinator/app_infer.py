@@ -117,7 +117,9 @@ class InferenceApp:
             metrics.request_done(api, status)
             metrics.observe_e2e(api, now - started)
             if dispatch is not None:
-                metrics.overhead.observe(max(0.0, now - started - dispatch.waited + dispatch.extra_overhead))
+                metrics.overhead_batch.observe(
+                    max(0.0, now - started - dispatch.waited + dispatch.extra_overhead)
+                )
 
     def _take_rate_token(self) -> None:
         core = self.core

@@ -43,7 +43,7 @@ async def relay_stream(d: Dispatch, opened: Opened, send: Send) -> int:
         d, send, {"type": "http.response.body", "body": await _events(d, opened.first), "more_body": True}
     )
     last = time.perf_counter()
-    metrics.ttft.observe(last - d.arrival)
+    metrics.ttft_batch.observe(last - d.arrival)
     splitter = opened.splitter
     assert splitter is not None
     connection, target = opened.connection, opened.target
