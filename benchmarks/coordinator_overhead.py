@@ -209,6 +209,39 @@ def histogram_quantile(
     return counts[-2][0]
 
 
+# ---- host load -------------------------------------------------------------------------------------------
+
+
+def _busy_seconds() -> float:
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _process_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class HostLoad:
+    """CPU used by everything else on the host while a section ran (other users of a shared machine)."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self._pids = pids
+
+    def __enter__(self) -> "HostLoad":
+        self._wall = time.perf_counter()
+        self._busy = _busy_seconds()
+        self._ours = sum(_process_seconds(pid) for pid in self._pids) + time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = time.perf_counter() - self._wall
+        ours = sum(_process_seconds(pid) for pid in self._pids) + time.process_time() - self._ours
+        other = _busy_seconds() - self._busy - ours
+        self.text = f"(benchmark processes used {ours / wall:.2f} cores, other processes {max(0.0, other) / wall:.2f})"
+
+
 # ---- load --------------------------------------------------------------------------------------------------
 
 
@@ -420,9 +453,11 @@ async def main(args: argparse.Namespace) -> None:
         print(
             f"{'rate':>6s} {'path':12s} {'n':>6s} {'err':>4s} {'P50':>8s} {'P99':>8s} | coordinator self-overhead P50/P99"
         )
+        pids = [p.popen.pid for p in processes]
         for rate in args.rates:
             before = histogram(scrape(mgmt_port), "motor_coordinator_overhead_seconds")
-            results = await compare(fast.port, coordinator.port, rate, args.duration, args.slices)
+            with HostLoad(pids) as load:
+                results = await compare(fast.port, coordinator.port, rate, args.duration, args.slices)
             after = histogram(scrape(mgmt_port), "motor_coordinator_overhead_seconds")
             own50 = histogram_quantile(before, after, 0.5)
             own99 = histogram_quantile(before, after, 0.99)
@@ -434,16 +469,17 @@ async def main(args: argparse.Namespace) -> None:
                 f"{rate:6.0f} {'coordinator':12s} {len(via):6d} {via_errors:4d} {ms(v50)} {ms(v99)} |"
                 f" {ms(own50)} {ms(own99)}"
             )
-            print(f"{rate:6.0f} {'added':12s} {'':6s} {'':4s} {ms(v50 - d50)} {ms(v99 - d99)}")
+            print(f"{rate:6.0f} {'added':12s} {'':6s} {'':4s} {ms(v50 - d50)} {ms(v99 - d99)}   {load.text}")
 
         register(mgmt_port, slow)
         print(f"\n{args.streams} concurrent streams, {args.stream_tokens} tokens each at 10 tokens/s")
         print(f"{'path':12s} {'opened':>7s} {'peak open':>9s} {'errors':>7s} {'seconds':>8s}  error kinds")
         for name, port in (("direct", slow.port), ("coordinator", coordinator.port)):
-            report = await streams(port, args.streams, args.stream_tokens, args.ramp)
+            with HostLoad(pids) as load:
+                report = await streams(port, args.streams, args.stream_tokens, args.ramp)
             print(
                 f"{name:12s} {report.opened:7d} {report.peak_open:9d} {report.errors:7d} {report.seconds:8.1f}"
-                f"  {report.kinds or '-'}"
+                f"  {report.kinds or '-'}  {load.text}"
             )
     finally:
         for process in reversed(processes):

@@ -184,8 +184,17 @@ async def test_hung_prefill_times_out_is_closed_and_retried(
     coordinator = start(
         coordinators, cluster, "prefill_first", scheduler_config={"scheduler_type": "round_robin"}
     )
-    responses = await send_all(coordinator, [body() for _ in range(2)])
+    async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=60) as http:
+        responses = await asyncio.gather(
+            *(
+                http.post("/v1/completions", json=body(), headers={"X-Request-Id": f"hung-{i}"})
+                for i in range(2)
+            )
+        )
     assert [r.status_code for r in responses] == [200, 200], [r.text for r in responses]
+    assert [r.headers["x-request-id"] for r in responses] == ["hung-0", "hung-1"]
+    # the retried attempt carried its own engine-side id, so it cannot collide with its cancelled first leg
+    assert sorted(r.json()["id"].endswith("-retry1") for r in responses) == [False, True]
     assert (
         coordinator_metric(coordinator, 'motor_coordinator_retries_total{role="prefill",reason="timeout"}')
         == 1

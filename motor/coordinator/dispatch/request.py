@@ -93,6 +93,7 @@ class Dispatch:
         self.request = request
         self.request_id = request_id
         self.rid = request_id.encode()
+        self.engine_rid = self.rid
         self.loop = core.loop
         self.arrival = time.perf_counter()
         self.deadline = self.loop.time() + core.config.exception_config.infer_timeout
@@ -149,7 +150,8 @@ class Dispatch:
         non-200 answers become LegFailure or EngineRejected."""
         head = (
             b"POST %b HTTP/1.1\r\nhost: %b\r\ncontent-type: application/json\r\nx-request-id: %b\r\n"
-            b"content-length: %d\r\n\r\n" % (self.request.path, target.host_header, self.rid, len(body))
+            b"content-length: %d\r\n\r\n"
+            % (self.request.path, target.host_header, self.engine_rid, len(body))
         )
         started = time.perf_counter()
         try:

@@ -48,6 +48,9 @@ async def open_with_retries(d: Dispatch) -> Opened:
             core.metrics.retries.labels(failure.role, failure.reason).inc()
             log.warning("request %s: %s; retrying in %.3g s", d.request_id, failure.message, delay)
             attempt += 1
+            # A retry may land where a cancelled leg of this request is still being torn down; engines refuse
+            # a request id they still hold, so later attempts carry their own.
+            d.engine_rid = f"{d.request_id}-retry{attempt}".encode()
             if delay:
                 started = time.perf_counter()
                 await asyncio.sleep(delay)
