@@ -2,6 +2,7 @@
 instance refresh events and readiness, Prometheus metrics, and several worker processes sharing the port."""
 
 import asyncio
+import json
 import os
 import signal
 import time
@@ -22,7 +23,7 @@ from tests.fixtures.coordinator import (
     sim_instance,
     wait_engine_idle,
 )
-from tests.fixtures.sim import SimEngine, start_sim_engine
+from tests.fixtures.sim import SimEngine, StartSimEngine, start_sim_engine
 
 
 @pytest.fixture
@@ -267,3 +268,28 @@ async def test_workers_share_the_port_the_instance_set_and_the_limits(
     statuses = await fresh_connection_requests(6)
     assert statuses.count(429) == 6, statuses
     assert coordinator_metric(coordinator, 'motor_coordinator_requests_total{status="429"}') == 6
+
+
+async def test_a_client_that_stops_reading_is_cut_off_after_write_timeout(
+    coordinators: StartCoordinator, sim_engines: StartSimEngine
+) -> None:
+    engine = sim_engines(kv_role="kv_both", extra_args=["--max-model-len", "40000"])
+    coordinator = aggregated(coordinators, engine, timeout_config={"write_timeout": 1})
+    request = json.dumps(completion(stream=True, max_tokens=30000, ignore_eos=True)).encode()
+    _, writer = await asyncio.open_connection("127.0.0.1", coordinator.infer_port)
+    writer.write(
+        b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n%b" % (len(request), request)
+    )
+    await writer.drain()
+    try:
+        # never read: the coordinator's sends block, and after write_timeout it ends the request and its leg
+        deadline = time.monotonic() + 30
+        while not coordinator_metric(
+            coordinator, 'motor_coordinator_cancelled_legs_total{reason="write_timeout"}'
+        ):
+            assert time.monotonic() < deadline, coordinator.log_text()[-2000:]
+            await asyncio.sleep(0.2)
+        await asyncio.to_thread(wait_engine_idle, engine)
+    finally:
+        writer.close()
