@@ -87,6 +87,7 @@ class Supervisor:
         self.workers = [WorkerHandle(i) for i in range(settings.config.inference_workers_config.num_workers)]
         self._acked = asyncio.Event()
         self._mgmt_started = False
+        self._started = False
         self._prometheus = CollectorRegistry()
         multiprocess.MultiProcessCollector(self._prometheus, path=str(self._prometheus_dir))
         self._prometheus.register(InstanceCollector(lambda: self.registry.role_states().items()))
@@ -94,7 +95,11 @@ class Supervisor:
     # ---- Control (management API) --------------------------------------------------------------------------
 
     def started(self) -> bool:
-        return self._mgmt_started and all(w.ready for w in self.workers)
+        """True once every worker served; stays true while a crashed worker restarts (liveness reports that),
+        so readiness never turns the coordinator away from the controller's pushes."""
+        if not self._started:
+            self._started = self._mgmt_started and all(w.ready for w in self.workers)
+        return self._started
 
     def liveness(self) -> tuple[bool, dict[str, Any]]:
         workers = [

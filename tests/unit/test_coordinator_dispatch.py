@@ -1,0 +1,67 @@
+"""Which flow a request takes for each profile and instance set, and what readiness requires."""
+
+import pytest
+
+from motor.coordinator.dispatch.profiles import (
+    AGGREGATED_ON_PREFILL,
+    AGGREGATED_ON_UNION,
+    PD_FLOWS,
+    choose_flow,
+    required_roles,
+)
+from motor.coordinator.errors import HttpError
+from motor.coordinator.registry import InstanceRegistry
+from motor.kv.connectors import DispatchProfile
+from motor.protocol.instances import Endpoint, Instance, InstanceEvent
+
+
+def registry(*roles: str) -> InstanceRegistry:
+    instances = [
+        Instance(
+            id=f"{role}-{i}",
+            role=role,  # type: ignore[arg-type]
+            engine_id=f"{role}-{i}",
+            model_name="m",
+            endpoints=[Endpoint(host="127.0.0.1", port=9000 + i)],
+        )
+        for i, role in enumerate(roles)
+    ]
+    result = InstanceRegistry()
+    result.apply(InstanceEvent(event="set", instances=instances))
+    return result
+
+
+@pytest.mark.parametrize("profile", [p for p in DispatchProfile if p != DispatchProfile.AGGREGATED])
+def test_pd_profiles_use_their_flow_and_fall_back_to_aggregated(profile: DispatchProfile) -> None:
+    assert choose_flow(profile, registry("prefill", "decode")) is PD_FLOWS[profile]
+    assert choose_flow(profile, registry("prefill", "decode", "union")) is PD_FLOWS[profile]
+    assert choose_flow(profile, registry("prefill")) is AGGREGATED_ON_PREFILL
+    assert choose_flow(profile, registry("union", "decode")) is AGGREGATED_ON_UNION
+
+
+def test_aggregated_profile_prefers_union_then_prefill() -> None:
+    assert choose_flow(DispatchProfile.AGGREGATED, registry("union", "prefill")) is AGGREGATED_ON_UNION
+    assert choose_flow(DispatchProfile.AGGREGATED, registry("prefill", "decode")) is AGGREGATED_ON_PREFILL
+
+
+def test_only_decode_or_nothing_is_503_with_a_reason() -> None:
+    with pytest.raises(HttpError) as only_decode:
+        choose_flow(DispatchProfile.PREFILL_FIRST, registry("decode", "decode"))
+    assert only_decode.value.status == 503 and only_decode.value.code == "no_prefill_instance"
+    assert "only decode instances" in only_decode.value.message
+    with pytest.raises(HttpError) as nothing:
+        choose_flow(DispatchProfile.DECODE_FIRST, registry())
+    assert nothing.value.status == 503 and nothing.value.code == "no_instance"
+
+
+def test_inactive_instances_do_not_count() -> None:
+    reg = registry("prefill", "decode")
+    decode = reg.instances["decode-1"].model_copy(update={"status": "inactive"})
+    reg.apply(InstanceEvent(event="add", instances=[decode]))
+    assert choose_flow(DispatchProfile.CONCURRENT, reg) is AGGREGATED_ON_PREFILL
+
+
+def test_required_roles() -> None:
+    assert required_roles(DispatchProfile.PREFILL_FIRST, {"prefill", "decode"}) == ["prefill", "decode"]
+    assert required_roles(DispatchProfile.AGGREGATED, {"union"}) == ["union"]
+    assert required_roles(DispatchProfile.AGGREGATED, {"prefill", "decode"}) == ["prefill"]
