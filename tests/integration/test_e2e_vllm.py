@@ -1,0 +1,384 @@
+"""End to end on the real engine: a copy of examples/local deployed by `motor deploy` (the local backend: a real
+mooncake_master, the controller, the coordinator, node managers and vLLM CPU engines with
+MultiConnector[MooncakeConnector (tcp), MooncakeStoreConnector], dispatch profile concurrent) and served through
+the coordinator.
+
+The copy differs from the example in what a test needs: free ports, its own job id, 2 prefill instances (so a
+repeated prefix can land on the other one, which only has it through the pool) and
+`enable_prompt_tokens_details` (without it vLLM leaves `usage.prompt_tokens_details` out, so `cached_tokens`
+could not be seen). The model path stays relative (`.motor/models/tiny`, written by `motor model tiny` in the
+directory `motor deploy` runs from): the local deploy resolves it.
+
+"Aggregated" is the same prompt sent straight to the decode engine without kv_transfer_params: the same process,
+weights, kernels and config as the decode leg of the PD request, so the only difference is where the prompt's KV
+came from — and it needs no extra engine. The module starts 3 engines once (about 9 GB, 60-90 s on 2 cores);
+the last test kills the decode engine, so it runs last.
+"""
+
+import importlib.util
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from motor.config import load_config
+from motor.config.ports import instance_ports
+from tests.fixtures.control import port_block
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None,
+        reason="vLLM is not installed in this interpreter: run scripts/setup_dev.sh (installs the vllm extra)",
+    ),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "local"
+MODEL_DIR = ".motor/models/tiny"  # the example's (relative) model path
+JOB_ID = "motor-e2e-vllm"
+DEPLOY_TIMEOUT_S = 600.0
+REQUEST_TIMEOUT_S = 120.0
+MOTOR = [sys.executable, "-m", "motor.cli.main"]
+GREEDY = {"model": "tiny", "temperature": 0, "ignore_eos": True, "return_token_ids": True}
+EXTERNAL = 'source="external_kv_transfer"'
+LOCAL = 'source="local_compute"'
+BY_SOURCE = "vllm:prompt_tokens_by_source_total"
+
+
+@dataclass(frozen=True)
+class Deployment:
+    root: Path  # where `motor deploy` ran
+    run_root: Path
+    api_url: str
+    engines: dict[str, str]  # instance id → engine base URL
+    block_size: int
+
+    @property
+    def decode(self) -> str:
+        return self.engines["decode-0"]
+
+    @property
+    def prefills(self) -> dict[str, str]:
+        return {name: url for name, url in self.engines.items() if name.startswith("prefill-")}
+
+    def decode_engine_pid(self) -> int:
+        """The vLLM API server of decode-0: the child of the engine server the node manager recorded."""
+        wrapper = json.loads((self.run_root / JOB_ID / "decode-0" / "engine.pid").read_text())["pid"]
+        (engine,) = Path(f"/proc/{wrapper}/task/{wrapper}/children").read_text().split()
+        return int(engine)
+
+    def log_tails(self, lines: int = 30) -> str:
+        logs = sorted((self.run_root / JOB_ID).glob("**/*.log"))
+        return "\n".join(f"--- {log} ---\n{tail(log, lines)}" for log in logs)
+
+
+def tail(path: Path, lines: int) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+
+def write_config(directory: Path) -> Path:
+    """examples/local with free ports, its own job id, 2 prefill instances and prompt token details."""
+    user = json.loads((EXAMPLE / "user_config.json").read_text())
+    env = json.loads((EXAMPLE / "env.json").read_text())
+    base = port_block(32)
+    user["motor_deploy_config"].update(job_id=JOB_ID, p_instances_num=2)
+    user["motor_coordinator_config"]["api_config"] = {
+        "coordinator_api_host": "127.0.0.1",
+        "coordinator_api_infer_port": base,
+        "coordinator_api_mgmt_port": base + 1,
+    }
+    user["motor_controller_config"]["api_config"] = {
+        "controller_api_host": "127.0.0.1",
+        "controller_api_port": base + 2,
+    }
+    user["motor_nodemanger_config"]["api_config"] = {"node_manager_port": base + 4}  # + instance: 3 ports
+    user["motor_nodemanger_config"]["endpoint_config"] = {"base_port": base + 12}  # 2 per instance: 6 ports
+    user["kv_cache_pool_config"].update(port=base + 10, metrics_port=base + 11)
+    for section in ("motor_engine_prefill_config", "motor_engine_decode_config"):
+        engine_config = user[section]["engine_config"]
+        assert engine_config["model"] == MODEL_DIR
+        engine_config["enable_prompt_tokens_details"] = True
+        transfer = engine_config["kv_transfer_config"]["kv_connector_extra_config"]["connectors"][0]
+        transfer["kv_port"] = str(base + 24)  # prefill-i serves its KV bootstrap on kv_port + i
+    directory.mkdir(parents=True)
+    (directory / "user_config.json").write_text(json.dumps(user, indent=2))
+    (directory / "env.json").write_text(json.dumps(env, indent=2))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    root = tmp_path_factory.mktemp("e2e-vllm")
+    log_path = root / "motor-cli.log"
+    offline = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    with log_path.open("ab") as log:
+        built = subprocess.run(
+            [*MOTOR, "model", "tiny", MODEL_DIR], cwd=root, env=offline, stdout=log, stderr=log, timeout=300
+        )
+    assert built.returncode == 0, tail(log_path, 30)
+    config_dir = write_config(root / "config")
+    run_root = root / "run"
+    topology = load_config(config_dir / "user_config.json", config_dir / "env.json")
+    engines = {p.name: f"http://127.0.0.1:{p.engine_port}" for p in instance_ports(topology.roles)}
+    api = topology.user.motor_coordinator_config.api_config
+    deploy = Deployment(
+        root=root,
+        run_root=run_root,
+        api_url=f"http://127.0.0.1:{api.coordinator_api_infer_port}",
+        engines=engines,
+        block_size=int(topology.roles["decode"].engine_config["block_size"]),
+    )
+    try:
+        with log_path.open("ab") as log:
+            deployed = subprocess.run(
+                [*MOTOR, "deploy", "--config-dir", str(config_dir), "--run-root", str(run_root)],
+                cwd=root,
+                stdout=log,
+                stderr=log,
+                timeout=DEPLOY_TIMEOUT_S,
+            )
+        if deployed.returncode != 0:
+            pytest.fail(f"motor deploy failed:\n{tail(log_path, 40)}\n{deploy.log_tails()}")
+        yield deploy
+    finally:
+        with log_path.open("ab") as log:
+            subprocess.run(
+                [*MOTOR, "stop", "--job-id", JOB_ID, "--run-root", str(run_root)],
+                stdout=log,
+                stderr=log,
+                timeout=180,
+            )
+
+
+# ---- helpers ---------------------------------------------------------------------------------------------------
+
+
+def metric(base_url: str, name: str, label: str = "") -> float:
+    """Sum of a Prometheus series' samples (exact metric name) whose labels contain `label`."""
+    text = httpx.get(f"{base_url}/metrics", timeout=10).text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        series, _, value = line.rpartition(" ")
+        if series.split("{", 1)[0] == name and label in series:
+            total += float(value)
+    return total
+
+
+def random_prompts(count: int, length: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(3, 512) for _ in range(length + 8 * i)] for i in range(count)]
+
+
+def complete(base_url: str, prompt: list[int], max_tokens: int) -> dict[str, Any]:
+    body = {**GREEDY, "prompt": prompt, "max_tokens": max_tokens}
+    response = httpx.post(f"{base_url}/v1/completions", json=body, timeout=REQUEST_TIMEOUT_S)
+    assert response.status_code == 200, f"{base_url}: {response.status_code} {response.text}"
+    return response.json()
+
+
+@dataclass
+class Streamed:
+    status: int
+    events: list[str]  # the data payloads, in order ("[DONE]" included)
+    first_token_s: float | None  # from sending to the first chunk with output
+
+    def chunks(self) -> list[dict[str, Any]]:
+        return [json.loads(event) for event in self.events if event != "[DONE]"]
+
+    def token_ids(self) -> list[int]:
+        return [
+            t for chunk in self.chunks() for c in chunk.get("choices", []) for t in c.get("token_ids") or []
+        ]
+
+    def usage(self) -> dict[str, Any]:
+        (usage,) = [chunk["usage"] for chunk in self.chunks() if chunk.get("usage")]
+        return usage
+
+
+def has_output(chunk: dict[str, Any]) -> bool:
+    return any(c.get("text") or (c.get("delta") or {}).get("content") for c in chunk.get("choices", []))
+
+
+def stream(url: str, body: dict[str, Any]) -> Streamed:
+    started = time.perf_counter()
+    first: float | None = None
+    events: list[str] = []
+    with httpx.stream("POST", url, json={**body, "stream": True}, timeout=REQUEST_TIMEOUT_S) as response:
+        assert response.status_code == 200, f"{response.status_code} {response.read()!r}"
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if not line:
+                continue
+            assert line.startswith("data: "), f"not an SSE data line: {line!r}"
+            events.append(line[6:])
+            if first is None and events[-1] != "[DONE]" and has_output(json.loads(events[-1])):
+                first = time.perf_counter() - started
+        return Streamed(response.status_code, events, first)
+
+
+def served_by(deploy: Deployment, before: dict[str, float]) -> list[str]:
+    """The prefill instances whose prompt-token counter moved since `before`."""
+    after = {name: metric(url, "vllm:prompt_tokens_total") for name, url in deploy.prefills.items()}
+    return [name for name in after if after[name] > before[name]]
+
+
+def prompt_counters(deploy: Deployment) -> dict[str, float]:
+    return {name: metric(url, "vllm:prompt_tokens_total") for name, url in deploy.prefills.items()}
+
+
+# ---- tests (in order: the last one kills the decode engine) --------------------------------------------------
+
+
+def test_pd_greedy_output_equals_aggregated_and_the_prompt_kv_came_by_transfer(
+    deployment: Deployment,
+) -> None:
+    decode = deployment.decode
+    batch = random_prompts(6, 64, seed=11)
+    external_before, local_before = metric(decode, BY_SOURCE, EXTERNAL), metric(decode, BY_SOURCE, LOCAL)
+    aggregated = [complete(decode, prompt, 24)["choices"][0]["token_ids"] for prompt in batch]
+    assert metric(decode, BY_SOURCE, EXTERNAL) == external_before, "aggregated requests computed their KV"
+    assert metric(decode, BY_SOURCE, LOCAL) - local_before == sum(map(len, batch))
+    assert len({tuple(tokens) for tokens in aggregated}) == len(batch), "the model ignores its context"
+
+    external_before, local_before = metric(decode, BY_SOURCE, EXTERNAL), metric(decode, BY_SOURCE, LOCAL)
+    for prompt, expected in zip(batch, aggregated, strict=True):
+        answer = complete(deployment.api_url, prompt, 24)
+        assert answer["choices"][0]["token_ids"] == expected, "PD greedy output differs from aggregated"
+        assert answer["usage"]["prompt_tokens"] == len(prompt)
+
+    external = metric(decode, BY_SOURCE, EXTERNAL) - external_before
+    local = metric(decode, BY_SOURCE, LOCAL) - local_before
+    total = sum(map(len, batch))
+    full_blocks = sum((len(p) - 1) // deployment.block_size * deployment.block_size for p in batch)
+    assert external >= full_blocks > 0, f"decode got {external} of {total} prompt tokens by transfer"
+    assert local <= total - full_blocks, f"decode computed {local} of {total} prompt tokens itself"
+
+
+def test_repeated_prefix_on_the_other_prefill_instance_is_a_pool_hit(
+    deployment: Deployment, record_property: Any
+) -> None:
+    rng = random.Random(23)
+    prefix = [rng.randrange(3, 512) for _ in range(32 * deployment.block_size)]
+    first_prompt = prefix + [rng.randrange(3, 512) for _ in range(16)]
+    repeat_prompt = prefix + [rng.randrange(3, 512) for _ in range(16)]
+    expected = complete(deployment.decode, repeat_prompt, 16)["choices"][0]["token_ids"]
+    body = {**GREEDY, "max_tokens": 16, "stream_options": {"include_usage": True}}
+    url = f"{deployment.api_url}/v1/completions"
+
+    before = prompt_counters(deployment)
+    miss = stream(url, {**body, "prompt": first_prompt})
+    first_prefill = served_by(deployment, before)
+    before = prompt_counters(deployment)
+    externals = {name: metric(u, BY_SOURCE, EXTERNAL) for name, u in deployment.prefills.items()}
+    hit = stream(url, {**body, "prompt": repeat_prompt})
+    repeat_prefill = served_by(deployment, before)
+
+    assert len(first_prefill) == 1 and len(repeat_prefill) == 1, (first_prefill, repeat_prefill)
+    assert first_prefill != repeat_prefill, (
+        "the coordinator (load_balance, ties to the least recently picked) sent both to one prefill instance"
+    )
+    (other,) = repeat_prefill
+    assert miss.usage()["prompt_tokens_details"]["cached_tokens"] == 0
+    cached = hit.usage()["prompt_tokens_details"]["cached_tokens"]
+    assert 0 < cached <= len(prefix), f"the repeated prefix was not a pool hit on {other}: cached {cached}"
+    assert metric(deployment.prefills[other], BY_SOURCE, EXTERNAL) - externals[other] == cached
+    assert hit.token_ids() == expected, "the pool's KV gave other tokens than computing the prompt"
+    assert miss.first_token_s is not None and hit.first_token_s is not None
+    # Recorded, not asserted (timing belongs in benchmarks/pd_vs_aggregated.py).
+    record_property("ttft_miss_ms", round(miss.first_token_s * 1000, 1))
+    record_property("ttft_pool_hit_ms", round(hit.first_token_s * 1000, 1))
+    print(
+        f"TTFT through the coordinator, {len(repeat_prompt)}-token prompt: miss {miss.first_token_s * 1000:.0f} "
+        f"ms, pool hit ({cached} cached tokens) {hit.first_token_s * 1000:.0f} ms"
+    )
+
+
+def test_chat_streams_through_the_coordinator(deployment: Deployment) -> None:
+    messages = [{"role": "user", "content": "Stream a few words about prefill and decode, please."}]
+    body = {**GREEDY, "messages": messages, "max_tokens": 24}
+    direct = httpx.post(f"{deployment.decode}/v1/chat/completions", json=body, timeout=REQUEST_TIMEOUT_S)
+    assert direct.status_code == 200, direct.text
+    expected = direct.json()["choices"][0]["token_ids"]
+
+    streamed = stream(
+        f"{deployment.api_url}/v1/chat/completions", {**body, "stream_options": {"include_usage": True}}
+    )
+    assert streamed.events[-1] == "[DONE]" and streamed.events.count("[DONE]") == 1
+    chunks = streamed.chunks()
+    assert not [chunk for chunk in chunks if "error" in chunk]
+    assert chunks[0]["choices"][0]["delta"].get("role") == "assistant"
+    assert all(chunk["object"] == "chat.completion.chunk" for chunk in chunks)
+    assert len({chunk["id"] for chunk in chunks}) == 1
+    assert sum(has_output(chunk) for chunk in chunks) >= 12, "the answer did not arrive token by token"
+    finishes = [c["finish_reason"] for chunk in chunks for c in chunk["choices"] if c.get("finish_reason")]
+    assert finishes == ["length"]
+    assert streamed.usage()["completion_tokens"] == 24
+    assert streamed.token_ids() == expected, "streamed PD tokens differ from the aggregated answer"
+    text = "".join((c.get("delta") or {}).get("content") or "" for chunk in chunks for c in chunk["choices"])
+    assert text == direct.json()["choices"][0]["message"]["content"]
+
+
+def test_killing_the_decode_engine_mid_stream_ends_the_stream_explicitly(deployment: Deployment) -> None:
+    engine_pid = deployment.decode_engine_pid()
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "Tell a very long story about caches."}],
+        "max_tokens": 1800,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    outputs_before_kill = 20
+    events: list[str] = []
+    outputs = 0
+    killed_at: float | None = None
+    error_body = b""
+    # Every read is bounded (a silent stream fails the test with ReadTimeout instead of hanging), and the
+    # coordinator has to end the stream well before the client's bound.
+    timeout = httpx.Timeout(connect=10, read=60, write=10, pool=10)
+    with httpx.stream("POST", f"{deployment.api_url}/v1/chat/completions", json=body, timeout=timeout) as r:
+        status = r.status_code
+        if status == 200:
+            for line in r.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                events.append(line[6:])
+                if events[-1] != "[DONE]" and has_output(json.loads(events[-1])):
+                    outputs += 1
+                if outputs == outputs_before_kill and killed_at is None:
+                    os.kill(engine_pid, signal.SIGKILL)
+                    killed_at = time.monotonic()
+        else:
+            error_body = r.read()
+    ended_after_s = time.monotonic() - killed_at if killed_at is not None else None
+
+    assert status == 200 and killed_at is not None, f"the stream did not start: {status} {error_body!r}"
+    assert ended_after_s is not None and ended_after_s < 60
+    chunks = [json.loads(event) for event in events if event != "[DONE]"]
+    errors = [chunk["error"] for chunk in chunks if "error" in chunk]
+    finished = [
+        c["finish_reason"] for chunk in chunks for c in chunk.get("choices", []) if c.get("finish_reason")
+    ]
+    assert events[-1] == "[DONE]", f"the stream ended without [DONE]: {events[-3:]}"
+    if errors:
+        (error,) = errors
+        assert error["type"] and error["message"], error
+        assert "decode" in error["message"], error
+        print(f"decode engine killed; stream ended {ended_after_s:.2f} s later with: {error['message']}")
+    else:
+        assert finished == ["length"] and outputs >= body["max_tokens"] - 1, (
+            f"the stream ended with neither an error event nor a complete answer: {events[-3:]}"
+        )
