@@ -193,8 +193,9 @@ class Phase:
     engine_itl_sum: float = 0.0
 
 
-def has_output(chunk: dict[str, Any]) -> bool:
-    return any(c.get("text") for c in chunk.get("choices", []))
+def output_tokens(chunk: dict[str, Any]) -> int:
+    """Tokens in a stream chunk (with return_token_ids; a token's text may be empty: partial UTF-8)."""
+    return sum(len(c.get("token_ids") or []) for c in chunk.get("choices", []))
 
 
 def random_ids(rng: random.Random, count: int) -> list[int]:
@@ -226,7 +227,7 @@ async def decode_stream(
             if "error" in chunk:
                 phase.errors.append(f"stream: {chunk['error']}")
                 return
-            tokens = sum(len(c.get("token_ids") or []) for c in chunk.get("choices", []))
+            tokens = output_tokens(chunk)
             if tokens:
                 now = time.perf_counter()
                 if last is None:
@@ -352,6 +353,7 @@ async def ttft(client: httpx.AsyncClient, url: str, prompt: list[int]) -> tuple[
         "prompt": prompt,
         "max_tokens": 2,
         "temperature": 0,
+        "return_token_ids": True,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
@@ -367,7 +369,7 @@ async def ttft(client: httpx.AsyncClient, url: str, prompt: list[int]) -> tuple[
             chunk = json.loads(line[6:])
             if "error" in chunk:
                 raise RuntimeError(f"SSE error: {chunk['error']}")
-            if first is None and has_output(chunk):
+            if first is None and output_tokens(chunk):
                 first = time.perf_counter() - started
             if chunk.get("usage"):
                 cached = (chunk["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0)
@@ -506,6 +508,7 @@ async def measure(deployment: Deployment, args: argparse.Namespace) -> None:
                         f"{len(phase.gaps)} gaps, {phase.long_prompts} long prompts, {phase.seconds:.1f} s",
                         flush=True,
                     )
+        itl_table(phases, args)
         misses, hits, cached = [], [], []
         for _ in range(args.ttft_rounds):
             prompt = random_ids(rng, args.long_tokens)
@@ -520,7 +523,6 @@ async def measure(deployment: Deployment, args: argparse.Namespace) -> None:
             print(
                 f"  TTFT miss {miss * 1000:.0f} ms, hit {hit * 1000:.0f} ms ({hit_cached} cached)", flush=True
             )
-    itl_table(phases, args)
     ttft_table(misses, hits, cached, args)
     print(
         f"host: {os.cpu_count()} cores, load average {load_average()} at the end (other jobs share the cores)"
