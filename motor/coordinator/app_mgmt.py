@@ -36,6 +36,7 @@ class Control(Protocol):
     registry: InstanceRegistry
     profile: str
     required_roles: list[str]
+    tracks_load: bool  # False with several workers: each holds its own load, the supervisor none
 
     def started(self) -> bool: ...
 
@@ -111,11 +112,17 @@ class ManagementApp:
 
     async def _instances(self, scope: Scope, receive: Receive, send: Send) -> None:
         registry = self.control.registry
-        await send_json(
-            send,
-            200,
-            {"version": registry.version, "instances": [i.model_dump() for i in registry.snapshot()]},
-        )
+        body: dict[str, Any] = {
+            "version": registry.version,
+            "instances": [i.model_dump() for i in registry.snapshot()],
+        }
+        if self.control.tracks_load:
+            body["endpoint_load"] = {
+                target.key: {"in_flight": target.in_flight, "tokens": target.tokens, "kv_tokens": target.kv}
+                for role in ROLES
+                for target in registry.targets(role)
+            }
+        await send_json(send, 200, body)
 
     async def _refresh(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

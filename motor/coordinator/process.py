@@ -28,6 +28,7 @@ class LocalControl:
         self.registry: InstanceRegistry = core.registry
         self.profile = core.profile.value
         self.required_roles = required_roles
+        self.tracks_load = True
         self._prometheus = prometheus
         self.servers: list[tuple[EmbeddedServer, object]] = []
 

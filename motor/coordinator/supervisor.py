@@ -75,6 +75,7 @@ class Supervisor:
         self.settings = settings
         self.profile = settings.profile.value
         self.required_roles = required_roles
+        self.tracks_load = False
         self.registry = InstanceRegistry()
         self._user_config = user_config
         self._env_config = env_config

@@ -77,9 +77,6 @@ class UpstreamConnection(asyncio.Protocol):
             self._fail(UpstreamError("protocol", f"invalid HTTP from the engine: {exc}"))
             self.abort()
 
-    def eof_received(self) -> bool | None:
-        return None
-
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._disarm()

@@ -129,6 +129,8 @@ async def test_body_size_and_in_flight_limits(coordinators: StartCoordinator, un
             assert [response.status_code for response in opened] == [200, 200]
             overloaded = await http.post("/v1/completions", json=completion())
             assert_openai_error(overloaded, 503, "overloaded")
+            [load] = coordinator.mgmt_get("/instances")[1]["endpoint_load"].values()
+            assert load["in_flight"] == 2 and load["tokens"] > 0
         finally:
             for stream in streams:
                 await stream.__aexit__(None, None, None)

@@ -5,7 +5,7 @@ that holds the request (each worker process listens on its own callback port).
 """
 
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -21,16 +21,12 @@ class CallbackSlot:
     dispatch: "Dispatch"
     first_token_deadline: float
     failure: "LegFailure | None" = None
-    calls: int = field(default=0)
 
 
 class CallbackRegistry:
     def __init__(self) -> None:
         self.base_url = ""
         self._slots: dict[str, CallbackSlot] = {}
-
-    def __len__(self) -> int:
-        return len(self._slots)
 
     def open(self, dispatch: "Dispatch", first_token_deadline: float) -> CallbackSlot:
         if not self.base_url:

@@ -58,7 +58,6 @@ async def answer_prefill_callback(slot: CallbackSlot, params: dict[str, Any]) ->
     """Run the prefill leg a decode engine asked for. On failure the decode leg is closed at once, and the
     attempt fails with the prefill's error (so the retry avoids the prefill instance, not the decode)."""
     d = slot.dispatch
-    slot.calls += 1
     try:
         target = d.pick("prefill")
         result = await d.prefill(target, params, d.prefill_deadline(slot.first_token_deadline))

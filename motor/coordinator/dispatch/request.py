@@ -111,7 +111,6 @@ class Dispatch:
         self.task: asyncio.Task[Any] | None = None
         self.finished = False
         self.sending_since = 0.0
-        self.attempts = 0
         self.leg_started = self.arrival
 
     # ---- deadlines -----------------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ async def open_with_retries(d: Dispatch) -> Opened:
     attempt = 0
     while True:
         flow = choose_flow(core.profile, core.registry)
-        d.attempts += 1
         try:
             return await flow(d)
         except EngineRejected:
