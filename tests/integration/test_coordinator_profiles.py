@@ -197,3 +197,30 @@ async def test_pd_profile_falls_back_to_aggregated_on_prefill_instances(
         assert response.status_code == 200, response.text
         assert response.json()["choices"][0]["token_ids"] == expected
     assert coordinator_metric(coordinator, 'motor_coordinator_leg_seconds_count{leg="aggregated"}') == 1
+
+
+async def test_decode_first_callbacks_reach_the_worker_that_holds_the_request(
+    engines: Engines, coordinators: StartCoordinator
+) -> None:
+    """With several workers each serves its own callback port, so the decode engine's call lands where the
+    request lives whichever worker accepted the client."""
+    coordinator = coordinators(
+        profile="decode_first", coordinator_config={"inference_workers_config": {"num_workers": 2}}
+    )
+    coordinator.register([sim_instance(engines.prefill, "prefill"), sim_instance(engines.decode, "decode")])
+    for stream in (False, True, False, True):
+        async with httpx.AsyncClient(
+            base_url=coordinator.base_url, timeout=30
+        ) as http:  # a new connection each
+            body = client_body(fresh_prompt(), "completions", stream)
+            expected = await reference_tokens(http, engines.union, body, "completions")
+            response = await http.post("/v1/completions", json=body)
+        assert response.status_code == 200, response.text
+        if stream:
+            chunks = sse_chunks(response.text)
+            tokens = [t for c in chunks if c["choices"] for t in c["choices"][0]["token_ids"]]
+        else:
+            tokens = response.json()["choices"][0]["token_ids"]
+        assert tokens == expected
+    for engine in (engines.prefill, engines.decode):
+        wait_engine_idle(engine)
