@@ -209,7 +209,11 @@ class Streamed:
 
 
 def has_output(chunk: dict[str, Any]) -> bool:
-    return any(c.get("text") or (c.get("delta") or {}).get("content") for c in chunk.get("choices", []))
+    """A chunk carrying output: token ids (with return_token_ids) or text (a token's text may be empty)."""
+    return any(
+        c.get("token_ids") or c.get("text") or (c.get("delta") or {}).get("content")
+        for c in chunk.get("choices", [])
+    )
 
 
 def stream(url: str, body: dict[str, Any]) -> Streamed:
@@ -265,6 +269,7 @@ def test_pd_greedy_output_equals_aggregated_and_the_prompt_kv_came_by_transfer(
     full_blocks = sum((len(p) - 1) // deployment.block_size * deployment.block_size for p in batch)
     assert external >= full_blocks > 0, f"decode got {external} of {total} prompt tokens by transfer"
     assert local <= total - full_blocks, f"decode computed {local} of {total} prompt tokens itself"
+    print(f"decode engine: {external:.0f} of {total} prompt tokens by transfer, {local:.0f} computed")
 
 
 def test_repeated_prefix_on_the_other_prefill_instance_is_a_pool_hit(
