@@ -2,13 +2,18 @@
 
 Instances are numbered in order prefill, decode, union (k = 0, 1, ...); instance k's node manager listens on
 `node_manager_port + k` and its engine on `base_port + 2k` (OpenAI API) and `base_port + 2k + 1` (status).
+A producer whose transfer connector serves a KV bootstrap endpoint (vLLM's MooncakeConnector) uses the
+connector's `kv_port + i` for the i-th instance of its role.
 """
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from motor.config.models import UserConfig
+from motor.config.transfer import transfer_config_key
+from motor.kv.connectors import serves_bootstrap
 from motor.kv.pool import KvCachePoolConfig
+from motor.kv.profile import deciding_connector, sub_connectors
 
 if TYPE_CHECKING:
     from motor.config.topology import Role, RoleSpec
@@ -29,6 +34,7 @@ class InstancePorts:
     node_manager_port: int
     engine_port: int
     engine_status_port: int
+    kv_bootstrap_port: int | None = None
 
 
 def instance_ports(roles: "dict[Role, RoleSpec]") -> list[InstancePorts]:
@@ -36,6 +42,7 @@ def instance_ports(roles: "dict[Role, RoleSpec]") -> list[InstancePorts]:
     k = 0
     for spec in roles.values():
         nm = spec.node_manager
+        bootstrap_base = kv_bootstrap_base(spec)
         for index in range(spec.instances):
             base = nm.endpoint_config.base_port + 2 * k
             result.append(
@@ -46,10 +53,32 @@ def instance_ports(roles: "dict[Role, RoleSpec]") -> list[InstancePorts]:
                     node_manager_port=nm.api_config.node_manager_port + k,
                     engine_port=base,
                     engine_status_port=base + 1,
+                    kv_bootstrap_port=None if bootstrap_base is None else bootstrap_base + index,
                 )
             )
             k += 1
     return result
+
+
+PRODUCER_ROLES = ("prefill", "union")
+
+
+def kv_bootstrap_base(spec: "RoleSpec") -> int | None:
+    """The kv_port of a producer's transfer connector when that connector serves a KV bootstrap endpoint."""
+    key = transfer_config_key(spec.engine_config)
+    config = spec.engine_config.get(key) if key else None
+    if spec.role not in PRODUCER_ROLES or not isinstance(config, dict):
+        return None
+    name, _ = deciding_connector(config)
+    if not serves_bootstrap(name):
+        return None
+    connectors = sub_connectors(config)
+    level = connectors[0] if name != config.get("kv_connector") and connectors else config
+    try:
+        port = int(level.get("kv_port"))
+    except (TypeError, ValueError):
+        return None
+    return port if 1 <= port <= 65535 else None
 
 
 def local_port_uses(
@@ -82,4 +111,12 @@ def local_port_uses(
         uses.append(PortUse(f"node manager {ports.name}", nm_path, ports.node_manager_port))
         uses.append(PortUse(f"engine {ports.name}", base_path, ports.engine_port))
         uses.append(PortUse(f"engine {ports.name} status", base_path, ports.engine_status_port))
+        if ports.kv_bootstrap_port is not None:
+            uses.append(
+                PortUse(
+                    f"KV bootstrap {ports.name}",
+                    "kv_transfer_config transfer connector kv_port",
+                    ports.kv_bootstrap_port,
+                )
+            )
     return uses

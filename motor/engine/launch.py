@@ -18,14 +18,13 @@ from typing import Any
 
 from motor.config.topology import RoleSpec
 from motor.config.transfer import transfer_config_key
-from motor.kv.connectors import MULTI_CONNECTOR
+from motor.kv.connectors import MULTI_CONNECTOR, serves_bootstrap
 
 STORE_CONFIG_ENV = "MOONCAKE_CONFIG_PATH"
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 SIM_MODULE = "motor.engine.sim"
 SERVER_MODULE = "motor.engine.server"
-# vLLM's MooncakeConnector: the producer serves a bootstrap endpoint that decode engines pull KV through.
-BOOTSTRAP_CONNECTORS = frozenset({"MooncakeConnector"})
+# vLLM's MooncakeConnector producer serves a bootstrap endpoint (port from this variable) that decode engines pull KV through.
 BOOTSTRAP_PORT_ENV = "VLLM_MOONCAKE_BOOTSTRAP_PORT"
 PRODUCER_ROLES = frozenset({"kv_producer", "kv_both"})
 
@@ -187,7 +186,7 @@ def transfer_connector(config: dict[str, Any]) -> dict[str, Any]:
 def needs_bootstrap(config: dict[str, Any]) -> bool:
     transfer = transfer_connector(config)
     role = transfer.get("kv_role") or config.get("kv_role")
-    return transfer.get("kv_connector") in BOOTSTRAP_CONNECTORS and role in PRODUCER_ROLES
+    return serves_bootstrap(str(transfer.get("kv_connector"))) and role in PRODUCER_ROLES
 
 
 def _kv_port(config: dict[str, Any], section_path: str) -> int:

@@ -21,6 +21,7 @@ class ConnectorCapability:
     profile: DispatchProfile
     pool_backend: bool
     why: str
+    serves_bootstrap: bool = False
 
 
 MULTI_CONNECTOR = "MultiConnector"
@@ -68,6 +69,7 @@ _CAPABILITIES = [
         False,
         "vLLM's transfer-id contract: both legs carry one transfer_id and decode pulls from the prefill's "
         "bootstrap address while the prefill runs",
+        serves_bootstrap=True,
     ),
     ConnectorCapability(
         "AscendStoreConnector",
@@ -105,6 +107,12 @@ def lookup(name: str) -> ConnectorCapability | None:
 def is_pool_backend(name: str) -> bool:
     capability = REGISTRY.get(name)
     return capability is not None and capability.pool_backend
+
+
+def serves_bootstrap(name: str) -> bool:
+    """True when a producer with this transfer connector serves a KV bootstrap endpoint on its kv_port."""
+    capability = REGISTRY.get(name)
+    return capability is not None and capability.serves_bootstrap
 
 
 def known_transfer_connectors() -> list[str]:

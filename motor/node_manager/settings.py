@@ -7,14 +7,10 @@ from pathlib import Path
 
 from motor.config import Topology
 from motor.config.ports import instance_ports
-from motor.config.topology import RoleSpec
 from motor.engine.launch import (
     LaunchError,
     engine_launch,
-    needs_bootstrap,
     served_model_name,
-    transfer_config,
-    transfer_connector,
 )
 from motor.kv.pool import engine_store_config
 from motor.node_manager.engine_process import EngineCommand
@@ -83,7 +79,7 @@ def node_settings(
     if user.motor_deploy_config.deploy_mode in SHARED_HOST_MODES:
         ports = next(p for p in instance_ports(topology.roles) if p.name == instance_id)
         port, engine_port, status_port = ports.node_manager_port, ports.engine_port, ports.engine_status_port
-        bootstrap_port = shared_host_bootstrap_port(spec, index)
+        bootstrap_port = ports.kv_bootstrap_port
     else:
         port, engine_port = nm.api_config.node_manager_port, nm.endpoint_config.base_port
         status_port = engine_port + 1
@@ -129,15 +125,3 @@ def node_settings(
         ),
         log_level=nm.logging_config.log_level,
     )
-
-
-def shared_host_bootstrap_port(spec: RoleSpec, index: int) -> int | None:
-    """Producers sharing a host each serve their KV bootstrap endpoint on their own port: the transfer
-    connector's kv_port + instance index (None: the launcher's default, kv_port itself, or its error)."""
-    transfer = transfer_config(spec.engine_config)
-    if index == 0 or transfer is None or not needs_bootstrap(transfer):
-        return None
-    try:
-        return int(transfer_connector(transfer).get("kv_port")) + index
-    except (TypeError, ValueError):
-        return None

@@ -390,3 +390,22 @@ def test_lease_must_exceed_the_mooncake_connector_timeout_in_seconds():
         "11000 ms must exceed VLLM_MOONCAKE_CONNECTOR_TIMEOUT=30 s from env.json motor_engine_decode_env"
         in message
     )
+
+
+def test_local_kv_bootstrap_ports_are_checked_per_producer_instance():
+    user, env = seed()
+    user["motor_deploy_config"].update(deploy_mode="local", hardware_type="cpu", p_instances_num=2)
+    user["kv_cache_pool_config"]["protocol"] = "tcp"
+    for role in ("prefill", "decode"):
+        sub(user, role, 0)["kv_connector"] = "MooncakeConnector"
+        sub(user, role, 0)["kv_port"] = "10000"
+    issues = issues_of(user, env)
+    assert "port 10001 for KV bootstrap prefill-1 is already used by engine prefill-0 status" in "\n".join(
+        issues.values()
+    )
+    for role in ("prefill", "decode"):
+        sub(user, role, 0)["kv_port"] = "20900"
+    bootstrap = [
+        use.port for use in load_documents(user, env).ports if use.component.startswith("KV bootstrap")
+    ]
+    assert bootstrap == [20900, 20901]
