@@ -280,14 +280,16 @@ async def test_update_config_changes_only_the_config_map(cluster: Cluster, tmp_p
     edit_user_config(config, change)
     mark = len(cluster.requests())
     assert await cluster.motor("deploy", "--config-dir", config, "--update-config") == 0
-    assert {name for _, name in cluster.changes_since(mark)} == {"motor-config"}
+    assert {name for _, name in cluster.changes_since(mark)} == {"motor-config", "coordinator"}
     after = cluster.stored()
     assert (
         after["ConfigMap", "motor-config"]["data"]["user_config.json"]
         == (config / "user_config.json").read_text()
     )
+    rolled = after["Deployment", "coordinator"]["spec"]["template"]["metadata"]["annotations"]
+    assert len(rolled["motor.io/config-revision"]) == 16
     for key, obj in before.items():
-        if key[0] != "ConfigMap":
+        if key[0] != "ConfigMap" and key != ("Deployment", "coordinator"):
             assert after[key] == obj
 
 

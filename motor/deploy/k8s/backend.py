@@ -5,6 +5,7 @@ The deployed ConfigMap (`motor-config`) holds the config pair as written and is 
 `--update-config` and `--update-instance-num` compare against.
 """
 
+import hashlib
 import json
 import sys
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from motor.deploy.k8s.apply import ApplyResult, apply_objects
 from motor.deploy.k8s.client import DELETE_ORDER, KubeClient, KubeError, Manifest
 from motor.deploy.k8s.labels import CONFIG_MAP, MANAGED_BY, NAME_LABEL, owner_labels
 from motor.deploy.k8s.manifests import ConfigTexts, ManifestFile, build_manifests
-from motor.deploy.plan import Plan, build_plan
+from motor.deploy.plan import CONTROLLER, COORDINATOR, Plan, build_plan
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -63,7 +64,7 @@ def update_config(client: KubeClient, job: Job) -> int:
     refused = _refused(job.texts, baseline, UPDATE_WHITELIST)
     if refused:
         print(
-            "motor: refused: --update-config only changes settings components re-read at runtime "
+            "motor: refused: --update-config only changes settings that need no redeploy "
             "(log_level, coordinator exception_config and timeout_config); these changes need a redeploy:",
             file=sys.stderr,
         )
@@ -77,7 +78,52 @@ def update_config(client: KubeClient, job: Job) -> int:
         print(f"nothing to update: the config equals the one deployed in namespace {job.namespace}")
         return EXIT_OK
     result = apply_objects(client, [_config_map(job)], job.namespace)
-    return _report(result, "updated ConfigMap/" + CONFIG_MAP + " (" + ", ".join(changed) + ")")
+    code = _report(result, "updated ConfigMap/" + CONFIG_MAP + " (" + ", ".join(changed) + ")")
+    if code != EXIT_OK:
+        return code
+    return _roll_readers(client, job, changed)
+
+
+# Components read user_config.json at start: after an update the Deployments whose section changed are rolled.
+# Engine hosts are left alone (a node manager's log level waits for their next restart): rolling them restarts
+# the engines.
+ROLLED_SECTIONS = {"motor_controller_config": CONTROLLER, "motor_coordinator_config": COORDINATOR}
+REVISION_ANNOTATION = "motor.io/config-revision"
+
+
+def _roll_readers(client: KubeClient, job: Job, changed: list[str]) -> int:
+    names = sorted(
+        {
+            name
+            for path in changed
+            for section, name in ROLLED_SECTIONS.items()
+            if path.startswith(f"{section}.")
+        }
+    )
+    waiting = sorted(
+        {path for path in changed if not path.startswith(tuple(f"{s}." for s in ROLLED_SECTIONS))}
+    )
+    if job.plan.deploy_mode != "multi_deployment":
+        print(f"restart the {job.plan.job_id} pod to apply the change: every component runs in it")
+        return EXIT_OK
+    revision = hashlib.sha256((job.texts.user + job.texts.env).encode()).hexdigest()[:16]
+    failed = 0
+    for name in names:
+        patch = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": job.namespace},
+            "spec": {"template": {"metadata": {"annotations": {REVISION_ANNOTATION: revision}}}},
+        }
+        try:
+            client.merge_patch(patch)
+            print(f"  rolled Deployment/{name} to config revision {revision}")
+        except KubeError as exc:
+            print(f"motor: failed {exc}", file=sys.stderr)
+            failed += 1
+    if waiting:
+        print("takes effect when the engine pods next restart: " + ", ".join(waiting))
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 def scale(client: KubeClient, job: Job) -> int:
