@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 API_BY_PATH: dict[str, Api] = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
 REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
 CLIENT_GONE = 499
+RETRY_AFTER = [(b"retry-after", b"1")]
 
 
 class InferenceApp:
@@ -93,7 +94,7 @@ class InferenceApp:
                     "(motor_coordinator_config.request_limit.max_requests); retry shortly",
                     type_="service_unavailable",
                     code="overloaded",
-                    headers=[(b"retry-after", b"1")],
+                    headers=RETRY_AFTER,
                 )
             admitted = True
             metrics.in_flight.inc()
@@ -152,7 +153,11 @@ class InferenceApp:
                 opened = await open_with_retries(d)
             except LegFailure as failure:
                 error = HttpError(
-                    failure.status, failure.message, type_="upstream_error", code=failure.reason
+                    failure.status,
+                    failure.message,
+                    type_=failure.error_type,
+                    code=failure.reason,
+                    headers=RETRY_AFTER if failure.status == 503 else None,
                 )
                 await send_error(send, error, headers=[(b"x-request-id", d.rid)])
                 return failure.status

@@ -38,7 +38,3 @@ def error_body(message: str, type_: str, *, code: str | None = None, param: str 
 
 def bad_request(message: str, *, param: str | None = None, code: str = "invalid_request") -> HttpError:
     return HttpError(400, message, type_="invalid_request_error", code=code, param=param)
-
-
-def service_unavailable(message: str, *, code: str = "service_unavailable") -> HttpError:
-    return HttpError(503, message, type_="service_unavailable", code=code, headers=[(b"retry-after", b"1")])

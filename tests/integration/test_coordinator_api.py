@@ -43,6 +43,10 @@ def union(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimEngine]:
     engine.stop()
 
 
+# Requests that find no instance wait for one within the retry budget; these tests want the 503 quickly.
+QUICK_GIVE_UP = {"exception_config": {"max_retry": 2, "retry_delay": 0.01}}
+
+
 def aggregated(coordinators: StartCoordinator, union: SimEngine, **config: Any) -> CoordinatorProcess:
     coordinator = coordinators(profile="aggregated", coordinator_config=config)
     coordinator.register([sim_instance(union, "union")])
@@ -159,7 +163,7 @@ async def test_request_errors_are_openai_shaped(coordinators: StartCoordinator, 
 
 
 async def test_refresh_events_drive_readiness_and_dispatch(coordinators: StartCoordinator) -> None:
-    coordinator = coordinators(profile="prefill_first")
+    coordinator = coordinators(profile="prefill_first", coordinator_config=QUICK_GIVE_UP)
 
     def instance(name: str, role: str) -> Instance:
         return Instance(
@@ -175,12 +179,20 @@ async def test_refresh_events_drive_readiness_and_dispatch(coordinators: StartCo
         status == 200 and readiness["ready"] is False and readiness["missing_roles"] == ["prefill", "decode"]
     )
     async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:
-        assert_openai_error(await http.post("/v1/completions", json=completion()), 503, "no_instance")
+        nothing = await http.post("/v1/completions", json=completion())
+        error = assert_openai_error(nothing, 503, "no_instance")
+        assert "gave up after 3 attempts" in error["message"] and nothing.headers["retry-after"] == "1"
         result = coordinator.register([instance("d0", "decode")], event="add")
         assert result == {"status": "success", "event": "add", "instance_count": 1, "version": 1}
         only_decode = await http.post("/v1/completions", json=completion())
         error = assert_openai_error(only_decode, 503, "no_prefill_instance")
         assert "only decode instances" in error["message"]
+        assert (
+            coordinator_metric(
+                coordinator, 'motor_coordinator_retries_total{role="prefill",reason="no_instance"}'
+            )
+            == 2
+        )
         coordinator.register([instance("p0", "prefill")], event="add")
         status, readiness = coordinator.mgmt_get("/readiness")
         assert readiness["ready"] is True and readiness["serving"] == "prefill_first"
@@ -204,6 +216,29 @@ async def test_refresh_events_drive_readiness_and_dispatch(coordinators: StartCo
         assert "event" in assert_openai_error(bad, 400)["message"]
     metrics = coordinator.mgmt_get("/metrics")[1]
     assert 'motor_coordinator_instances{role="prefill",state="inactive"} 1.0' in metrics
+
+
+async def test_a_request_waits_within_its_retry_budget_for_an_instance(
+    coordinators: StartCoordinator, union: SimEngine
+) -> None:
+    """A request that finds no instance (the controller has not registered one yet, or is replacing it)
+    backs off and is served once one is registered, instead of failing at once."""
+    coordinator = coordinators(
+        profile="aggregated", coordinator_config={"exception_config": {"max_retry": 8, "retry_delay": 0.1}}
+    )
+    waiting = 'motor_coordinator_retries_total{role="union",reason="no_instance"}'
+    async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=60) as http:
+        request = asyncio.create_task(http.post("/v1/completions", json=completion()))
+        for _ in range(500):
+            if coordinator_metric(coordinator, waiting) >= 1 or request.done():
+                break
+            await asyncio.sleep(0.01)
+        assert not request.done(), request.result().text
+        coordinator.register([sim_instance(union, "union")])
+        response = await request
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["text"]
+    assert coordinator_metric(coordinator, waiting) >= 1
 
 
 async def test_metrics_cover_every_family(coordinators: StartCoordinator, union: SimEngine) -> None:
@@ -237,6 +272,7 @@ async def test_workers_share_the_port_the_instance_set_and_the_limits(
     coordinator = aggregated(
         coordinators,
         union,
+        **QUICK_GIVE_UP,
         inference_workers_config={"num_workers": 2},
         rate_limit_config={"enable_rate_limit": True, "max_requests": 12, "window_size": 3600},
     )

@@ -176,6 +176,39 @@ async def test_decode_5xx_is_retried_on_the_other_decode(
     cluster.assert_idle()
 
 
+async def test_decode_removed_during_the_prefill_leg_falls_back_to_aggregated(
+    cluster: Cluster,
+    coordinators: StartCoordinator,
+) -> None:
+    """The flow is chosen per attempt: when the decode instances go away while the prefill leg runs, the
+    retry runs aggregated on a prefill instance instead of failing with no decode instance."""
+    for engine in cluster.prefills:
+        set_engine_faults(engine, hang=True)
+    coordinator = start(coordinators, cluster, "prefill_first", timeout_config={"request_timeout": 20})
+    async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=60) as http:
+        request = asyncio.create_task(http.post("/v1/completions", json=body()))
+        for _ in range(500):  # until the prefill leg is held by a hung engine
+            if sum(engine_metric(p, "vllm:num_requests_waiting") for p in cluster.prefills):
+                break
+            await asyncio.sleep(0.02)
+        else:
+            raise AssertionError("the prefill leg never reached a prefill engine")
+        coordinator.register([sim_instance(d, "decode") for d in cluster.decodes], event="del")
+        for engine in cluster.prefills:
+            set_engine_faults(engine, hang=False)
+        response = await request
+    assert response.status_code == 200, response.text
+    assert_oracle_tokens(response.json())
+    assert response.json()["id"].endswith("-retry1")
+    assert (
+        coordinator_metric(coordinator, 'motor_coordinator_retries_total{role="decode",reason="no_instance"}')
+        == 1
+    )
+    assert coordinator_metric(coordinator, 'motor_coordinator_leg_seconds_count{leg="aggregated"}') == 1
+    assert coordinator_metric(coordinator, 'motor_coordinator_leg_seconds_count{leg="decode"}') == 0
+    cluster.assert_idle()
+
+
 async def test_hung_prefill_times_out_is_closed_and_retried(
     cluster: Cluster,
     coordinators: StartCoordinator,

@@ -9,7 +9,7 @@ from motor.coordinator.dispatch.profiles import (
     choose_flow,
     required_roles,
 )
-from motor.coordinator.errors import HttpError
+from motor.coordinator.dispatch.request import LegFailure
 from motor.coordinator.registry import InstanceRegistry
 from motor.kv.connectors import DispatchProfile
 from motor.protocol.instances import Endpoint, Instance, InstanceEvent
@@ -44,14 +44,22 @@ def test_aggregated_profile_prefers_union_then_prefill() -> None:
     assert choose_flow(DispatchProfile.AGGREGATED, registry("prefill", "decode")) is AGGREGATED_ON_PREFILL
 
 
-def test_only_decode_or_nothing_is_503_with_a_reason() -> None:
-    with pytest.raises(HttpError) as only_decode:
+def test_only_decode_or_nothing_is_a_retryable_503_with_a_reason() -> None:
+    with pytest.raises(LegFailure) as only_decode:
         choose_flow(DispatchProfile.PREFILL_FIRST, registry("decode", "decode"))
-    assert only_decode.value.status == 503 and only_decode.value.code == "no_prefill_instance"
-    assert "only decode instances" in only_decode.value.message
-    with pytest.raises(HttpError) as nothing:
+    failure = only_decode.value
+    assert failure.status == 503 and failure.reason == "no_prefill_instance" and failure.retryable
+    assert failure.role == "prefill" and failure.target is None
+    assert "only decode instances" in failure.message
+    with pytest.raises(LegFailure) as nothing:
         choose_flow(DispatchProfile.DECODE_FIRST, registry())
-    assert nothing.value.status == 503 and nothing.value.code == "no_instance"
+    assert nothing.value.status == 503 and nothing.value.reason == "no_instance" and nothing.value.retryable
+    with pytest.raises(LegFailure) as nothing_aggregated:
+        choose_flow(DispatchProfile.AGGREGATED, registry("decode"))
+    assert nothing_aggregated.value.role == "prefill"
+    with pytest.raises(LegFailure) as no_union:
+        choose_flow(DispatchProfile.AGGREGATED, registry())
+    assert no_union.value.role == "union" and no_union.value.reason == "no_instance"
 
 
 def test_inactive_instances_do_not_count() -> None:

@@ -7,8 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from motor.coordinator.dispatch.callbacks import CallbackSlot
-from motor.coordinator.dispatch.request import Dispatch, LegFailure, Opened, PrefillResult
-from motor.coordinator.errors import service_unavailable
+from motor.coordinator.dispatch.request import Dispatch, LegFailure, Opened, PrefillResult, no_instance
 from motor.coordinator.registry import InstanceRegistry, Target
 from motor.coordinator.shaping import decode_body
 from motor.kv.connectors import DispatchProfile
@@ -164,7 +163,11 @@ AGGREGATED_ON_PREFILL = aggregated_on("prefill")
 
 
 def choose_flow(profile: DispatchProfile, registry: InstanceRegistry) -> Flow:
-    """The profile's flow when its roles are up; aggregated on union or prefill instances as the fallback."""
+    """The profile's flow when its roles are up; aggregated on union or prefill instances as the fallback.
+
+    Decided per attempt from the instance set of that moment; when no flow can run, the retryable
+    LegFailure lets the attempt wait (with backoff) for the controller to register instances.
+    """
     if profile != DispatchProfile.AGGREGATED and registry.has_role("prefill") and registry.has_role("decode"):
         return PD_FLOWS[profile]
     if registry.has_role("union"):
@@ -172,15 +175,16 @@ def choose_flow(profile: DispatchProfile, registry: InstanceRegistry) -> Flow:
     if registry.has_role("prefill"):
         return AGGREGATED_ON_PREFILL
     if registry.has_role("decode"):
-        raise service_unavailable(
+        raise no_instance(
+            "prefill",
             "only decode instances are registered and a decode engine cannot prefill: start prefill (or union) "
             "instances, or wait until the controller registers them",
-            code="no_prefill_instance",
+            "no_prefill_instance",
         )
-    raise service_unavailable(
+    raise no_instance(
+        "union" if profile == DispatchProfile.AGGREGATED else "prefill",
         "no engine instance is registered with the coordinator yet; wait for the controller to register "
         "instances (see GET /readiness on the management port)",
-        code="no_instance",
     )
 
 

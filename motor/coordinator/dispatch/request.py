@@ -37,6 +37,7 @@ class LegFailure(Exception):
         *,
         status: int = 502,
         retryable: bool = True,
+        error_type: str = "upstream_error",
     ) -> None:
         super().__init__(message)
         self.role = role
@@ -45,6 +46,12 @@ class LegFailure(Exception):
         self.message = message
         self.status = status
         self.retryable = retryable
+        self.error_type = error_type
+
+
+def no_instance(role: str, message: str, reason: str = "no_instance") -> LegFailure:
+    """No instance can take the role right now: retried with backoff, as the controller may be replacing it."""
+    return LegFailure(role, None, reason, message, status=503, error_type="service_unavailable")
 
 
 class EngineRejected(Exception):
@@ -130,9 +137,7 @@ class Dispatch:
             # Every instance of the role already failed this request: try again where it failed.
             target = scheduler.pick(role, self.request.demand)  # type: ignore[arg-type]
         if target is None:
-            raise LegFailure(
-                role, None, "no_instance", f"no {role} instance is registered", status=503, retryable=False
-            )
+            raise no_instance(role, f"no {role} instance is registered")
         return target
 
     def allocate(self, target: Target, tokens: float, kv: float) -> Allocation:
@@ -279,6 +284,13 @@ class Dispatch:
         return Opened(target, connection, first, splitter, time.perf_counter())
 
     # ---- cleanup -------------------------------------------------------------------------------------------
+
+    def end_attempt(self, reason: str) -> None:
+        """Close the failed attempt's legs and forget what it learnt: the next one may take another flow."""
+        self.abandon(reason)
+        self.pd = False
+        self.cached_tokens = None
+        self.prefill_done_at = None
 
     def abandon(self, reason: str) -> None:
         """Close every leg still open and release every allocation (end of an attempt or of the request)."""

@@ -1,5 +1,10 @@
 """Attempts until the client-facing leg produced output: retry on another instance with exponential backoff
-(`retry_delay * 2**attempt`, at most `max_retry` retries, never past the request's infer_timeout)."""
+(`retry_delay * 2**attempt`, at most `max_retry` retries, never past the request's infer_timeout).
+
+Each attempt chooses its flow from the instance set of that moment, so an attempt after a decode instance
+went away runs aggregated on prefill instances, and one that found no instance for a role waits for the
+controller to register one.
+"""
 
 import asyncio
 import logging
@@ -16,16 +21,14 @@ async def open_with_retries(d: Dispatch) -> Opened:
     config = core.config.exception_config
     attempt = 0
     while True:
-        flow = choose_flow(core.profile, core.registry)
         try:
+            flow = choose_flow(core.profile, core.registry)
             return await flow(d)
         except EngineRejected:
             d.abandon("engine rejected the request")
             raise
         except LegFailure as failure:
-            d.abandon(f"{failure.role} leg failed")
-            d.cached_tokens = None
-            d.prefill_done_at = None
+            d.end_attempt(f"{failure.role} leg failed")
             if failure.target is not None:
                 d.excluded[failure.role].add(failure.target.instance_id)
             now = d.loop.time()
