@@ -14,6 +14,38 @@ def error_events(message: str, type_: str, code: str) -> bytes:
     return b"data: " + json.dumps(error_object(message, type_, code=code)).encode() + EVENT_END + DONE_EVENT
 
 
+def carries_output(event: bytes) -> bool:
+    """Whether one event shows the client part of the answer (a token, a finish reason, usage, [DONE]).
+
+    False only for what an engine may send before its first token — the chat role chunk, an empty text or
+    content, an SSE comment — so such events can be held back while the attempt is still retryable.
+    Unknown shapes count as output.
+    """
+    if event.startswith(b":"):
+        return False
+    if not event.startswith(b"data:") or (b'"role"' not in event and b'""' not in event):
+        return True
+    try:
+        chunk = json.loads(event[5:])
+    except ValueError:
+        return True
+    choices = chunk.get("choices") if isinstance(chunk, dict) else None
+    if not isinstance(choices, list) or not choices:
+        return True
+    return any(_choice_carries_output(choice) for choice in choices)
+
+
+def _choice_carries_output(choice: object) -> bool:
+    if not isinstance(choice, dict) or choice.get("finish_reason") is not None:
+        return True
+    if choice.get("text") or choice.get("token_ids") or choice.get("logprobs"):
+        return True
+    delta = choice.get("delta", {})
+    if not isinstance(delta, dict):
+        return True
+    return any(value for key, value in delta.items() if key != "role")
+
+
 class SseSplitter:
     """Cuts an upstream byte stream at event boundaries so only whole events are relayed."""
 

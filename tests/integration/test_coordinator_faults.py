@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from motor.protocol.instances import Endpoint
 from tests.fixtures.coordinator import (
     CoordinatorProcess,
     StartCoordinator,
@@ -206,6 +207,86 @@ async def test_decode_removed_during_the_prefill_leg_falls_back_to_aggregated(
     )
     assert coordinator_metric(coordinator, 'motor_coordinator_leg_seconds_count{leg="aggregated"}') == 1
     assert coordinator_metric(coordinator, 'motor_coordinator_leg_seconds_count{leg="decode"}') == 0
+    cluster.assert_idle()
+
+
+class CutAfterFirstEvent:
+    """A TCP proxy in front of an engine that passes on the response head and the first body chunk (one SSE
+    event: the chat role chunk), then closes both connections — the engine dying right after it started."""
+
+    def __init__(self, engine: SimEngine) -> None:
+        self.engine = engine
+        self.cuts = 0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+    async def _relay(self, client: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        engine, engine_writer = await asyncio.open_connection(self.engine.host, self.engine.port)
+        try:
+            head = await client.readuntil(b"\r\n\r\n")
+            length = next(
+                int(line.split(b":", 1)[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            engine_writer.write(head + await client.readexactly(length))
+            response_head = await engine.readuntil(b"\r\n\r\n")
+            assert b"transfer-encoding: chunked" in response_head.lower(), response_head
+            size_line = await engine.readuntil(b"\r\n")
+            first_chunk = await engine.readexactly(int(size_line, 16) + 2)
+            client_writer.write(response_head + size_line + first_chunk)
+            await client_writer.drain()
+            self.cuts += 1
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            engine_writer.transport.abort()
+            client_writer.transport.abort()
+
+
+async def test_decode_cut_after_its_role_chunk_is_retried_without_duplicates(
+    cluster: Cluster,
+    coordinators: StartCoordinator,
+) -> None:
+    """A stream whose decode leg breaks after only the role chunk has shown nothing yet: the chunk is held
+    back, the leg retried on the other decode, and the client sees one role chunk and the right tokens."""
+    proxy = CutAfterFirstEvent(cluster.decodes[0])
+    proxy_port = await proxy.start()
+    try:
+        coordinator = start(
+            coordinators, cluster, "prefill_first", scheduler_config={"scheduler_type": "round_robin"}
+        )
+        cut_decode = sim_instance(cluster.decodes[0], "decode", instance_id="decode-cut").model_copy(
+            update={"endpoints": [Endpoint(host="127.0.0.1", port=proxy_port)]}
+        )
+        instances = [sim_instance(p, "prefill") for p in cluster.prefills]
+        coordinator.register([*instances, cut_decode, sim_instance(cluster.decodes[1], "decode")])
+        async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=60) as http:
+            for _ in range(4):  # round robin: at least two of them go to the cut decode first
+                chat = body(stream=True) | {"messages": [{"role": "user", "content": fresh_prompt()}]}
+                del chat["prompt"]
+                response = await http.post("/v1/chat/completions", json=chat)
+                assert response.status_code == 200, response.text
+                chunks = sse_chunks(response.text)
+                assert not [c for c in chunks if "error" in c], response.text
+                roles = [c for c in chunks if c["choices"] and "role" in c["choices"][0]["delta"]]
+                assert len(roles) == 1, response.text
+                tokens = [t for c in chunks if c["choices"] for t in c["choices"][0].get("token_ids") or []]
+                assert tokens == expected_tokens(
+                    roles[0]["prompt_token_ids"], max_tokens=8, seed=3, ignore_eos=True
+                )
+                assert response.text.endswith("data: [DONE]\n\n")
+    finally:
+        proxy.close()
+    assert proxy.cuts >= 2
+    assert coordinator_metric(coordinator, 'motor_coordinator_retries_total{role="decode"}') == proxy.cuts
     cluster.assert_idle()
 
 

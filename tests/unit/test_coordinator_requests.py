@@ -10,6 +10,7 @@ from motor.coordinator.shaping import decode_body, prefill_body
 from motor.coordinator.sse import (
     DONE_EVENT,
     SseSplitter,
+    carries_output,
     error_events,
     rewrite_usage_events,
     set_cached_tokens,
@@ -121,6 +122,49 @@ def test_sse_splitter_relays_whole_events_only() -> None:
     assert splitter.feed(b': 1}\n\ndata: {"b": 2}\n') == b'data: {"a": 1}\n\n'
     assert splitter.feed(b"\n" + DONE_EVENT) == b'data: {"b": 2}\n\n' + DONE_EVENT
     assert splitter.done and splitter.events == 3
+
+
+def event(chunk: dict, separators: tuple[str, str] = (",", ":")) -> bytes:
+    return b"data: " + json.dumps(chunk, separators=separators).encode()
+
+
+def chat_choice(delta: dict, finish_reason: str | None = None) -> dict:
+    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        {"id": "c", "choices": [chat_choice({"role": "assistant", "content": ""})]},
+        {"id": "c", "choices": [chat_choice({"role": "assistant"})], "prompt_token_ids": [1, 2]},
+        {"id": "c", "choices": [chat_choice({"content": ""})], "usage": {"prompt_tokens": 3}},
+        {"id": "c", "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": None}]},
+    ],
+)
+def test_events_before_the_first_output_carry_none(chunk: dict) -> None:
+    assert not carries_output(event(chunk))
+    assert not carries_output(event(chunk, (", ", ": ")))
+    assert not carries_output(b": keep-alive")
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        event({"id": "c", "choices": [chat_choice({"role": "assistant", "content": "Hi"})]}),
+        event({"id": "c", "choices": [chat_choice({"content": "Hi"})]}),
+        event({"id": "c", "choices": [chat_choice({"content": ""}, finish_reason="length")]}),
+        event({"id": "c", "choices": [chat_choice({"role": "assistant", "tool_calls": [{"id": "t"}]})]}),
+        event({"id": "c", "choices": [chat_choice({"reasoning_content": "hm"})]}),
+        event({"id": "c", "choices": [{"index": 0, "text": "", "token_ids": [7], "finish_reason": None}]}),
+        event({"id": "c", "choices": [{"index": 0, "text": "a", "finish_reason": None}]}),
+        event({"id": "c", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}),
+        DONE_EVENT.rstrip(),
+        b'data: {"choices": [{"text": ""}]',  # not JSON: passed on as it is
+        b"event: custom\ndata: {}",
+    ],
+)
+def test_tokens_finish_reasons_usage_and_unknown_events_are_output(output: bytes) -> None:
+    assert carries_output(output)
 
 
 def test_usage_rewrite_sets_the_prefill_cached_tokens() -> None:

@@ -15,7 +15,7 @@ from motor.coordinator.registry import Target
 from motor.coordinator.requests import ClientRequest
 from motor.coordinator.scheduling.scheduler import Allocation
 from motor.coordinator.shaping import prefill_body
-from motor.coordinator.sse import SseSplitter
+from motor.coordinator.sse import EVENT_END, SseSplitter, carries_output
 from motor.coordinator.upstream import UpstreamConnection, UpstreamError
 
 if TYPE_CHECKING:
@@ -73,7 +73,8 @@ class PrefillResult:
 
 @dataclass(slots=True)
 class Opened:
-    """The client-facing leg after its first events (stream) or its whole body (not stream) arrived."""
+    """The client-facing leg once its first output (stream: the events up to and with it) or its whole body
+    (not stream) arrived."""
 
     target: Target
     connection: UpstreamConnection
@@ -244,7 +245,7 @@ class Dispatch:
         return PrefillResult(raw, params if isinstance(params, dict) else None, cached)
 
     async def open_client_leg(self, target: Target, body: bytes, first_token_deadline: float) -> Opened:
-        """Send the leg whose output the client sees; return once its first events (or whole body) arrived."""
+        """Send the leg whose output the client sees; return once its first output (or whole body) arrived."""
         stream = self.request.stream
         self.leg_started = time.perf_counter()
         if not stream:
@@ -253,25 +254,34 @@ class Dispatch:
             return self._opened(target, connection, raw, None)
         connection = await self.call(target, body, first_token_deadline)
         splitter = SseSplitter()
+        # Events before the first output (the chat role chunk) are held back: until output exists nothing
+        # reaches the client, so a failure stays retryable and the next attempt's events are the only ones.
+        held = b""
+        silence = 0.0
         while True:
-            chunk = await self.read_chunk(connection, target, first_token_deadline)
+            chunk = await self.read_chunk(connection, target, first_token_deadline, silence)
             if chunk is None:
                 raise LegFailure(
                     target.role,
                     target,
                     "empty_stream",
-                    f"{_describe(target)} ended its stream without any event",
+                    f"{_describe(target)} ended its stream without any output",
                 )
-            first = splitter.feed(chunk)
-            if first:
-                if first.startswith(ERROR_EVENT_PREFIX):
+            events = splitter.feed(chunk)
+            if not events:
+                continue
+            for event in events.split(EVENT_END):
+                if event.startswith(ERROR_EVENT_PREFIX):
                     raise LegFailure(
                         target.role,
                         target,
                         "error_event",
-                        f"{_describe(target)} streamed an error first: {_engine_message(first[6:])}",
+                        f"{_describe(target)} streamed an error first: {_engine_message(event[6:])}",
                     )
-                return self._opened(target, connection, first, splitter)
+                if event and carries_output(event):
+                    return self._opened(target, connection, held + events, splitter)
+            held += events
+            silence = self.core.config.timeout_config.read_timeout
 
     def _opened(
         self, target: Target, connection: UpstreamConnection, first: bytes, splitter: SseSplitter | None
