@@ -142,10 +142,4 @@ async def test_killed_engine_is_restarted_and_no_request_is_lost_before_its_firs
     assert observed.restarts == 1
     # routing stopped while the engine was down and resumed once it was back
     assert observed.routed[0] is True and False in observed.routed and observed.routed[-1] is True
-    if outcomes.lost_before_first_token:
-        # The control plane did its part (asserted above); retrying a request whose decode leg died before
-        # its first token is the coordinator's, which does not yet do it in every case.
-        pytest.xfail(
-            f"coordinator lost {len(outcomes.lost_before_first_token)} request(s) before their first token "
-            f"(e.g. {outcomes.lost_before_first_token[0][:300]})"
-        )
+    assert not outcomes.lost_before_first_token, outcomes.lost_before_first_token
