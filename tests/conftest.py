@@ -1,5 +1,6 @@
 pytest_plugins: list[str] = [
     "tests.fixtures.control",
+    "tests.fixtures.coordinator",
     "tests.fixtures.etcd",
     "tests.fixtures.pool",
     "tests.fixtures.sim",

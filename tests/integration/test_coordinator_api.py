@@ -7,7 +7,6 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,17 +17,11 @@ from motor.protocol.instances import Endpoint, Instance
 from tests.fixtures.coordinator import (
     CoordinatorProcess,
     StartCoordinator,
-    coordinator_factory,
     coordinator_metric,
     sim_instance,
     wait_engine_idle,
 )
 from tests.fixtures.sim import SimEngine, StartSimEngine, start_sim_engine
-
-
-@pytest.fixture
-def coordinators(tmp_path: Path) -> Iterator[StartCoordinator]:
-    yield from coordinator_factory(tmp_path / "coordinator")
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ import asyncio
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,7 +15,6 @@ from motor.protocol.instances import Endpoint
 from tests.fixtures.coordinator import (
     CoordinatorProcess,
     StartCoordinator,
-    coordinator_factory,
     coordinator_metric,
     engine_metric,
     set_engine_faults,
@@ -41,11 +39,6 @@ FAST_FAILURE = {
     "exception_config": {"max_retry": 3, "retry_delay": 0.05, "first_token_timeout": 3, "infer_timeout": 30},
     "timeout_config": {"request_timeout": 1.5, "read_timeout": 1.5, "connection_timeout": 1},
 }
-
-
-@pytest.fixture
-def coordinators(tmp_path: Path) -> Iterator[StartCoordinator]:
-    yield from coordinator_factory(tmp_path / "coordinator")
 
 
 def fresh_prompt(words: int = 40) -> str:

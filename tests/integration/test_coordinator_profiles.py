@@ -5,7 +5,6 @@ simulator's oracle); the client sees one normal OpenAI response with the prefill
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,7 +12,6 @@ import pytest
 
 from tests.fixtures.coordinator import (
     StartCoordinator,
-    coordinator_factory,
     coordinator_metric,
     sim_instance,
     sse_chunks,
@@ -25,11 +23,6 @@ from tests.fixtures.sim import SimEngine, expected_tokens, start_sim_engine
 _words = itertools.count()
 MAX_TOKENS = 10
 SEED = 5
-
-
-@pytest.fixture
-def coordinators(tmp_path: Path) -> Iterator[StartCoordinator]:
-    yield from coordinator_factory(tmp_path / "coordinator")
 
 
 def fresh_prompt(words: int = 45) -> str:
