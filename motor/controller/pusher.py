@@ -3,11 +3,13 @@
 One link per coordinator sends its events in order. When a push fails, the queued events are replaced by a
 single `set` of the instances active at the time of the retry: it carries every change the lost events did,
 so nothing is lost however long the coordinator was away. Every `coordinator_heartbeat_interval` each link
-also sends a `set` (full reconciliation).
+also sends a `set` (full reconciliation). Pushes carry `Authorization: Bearer <MOTOR_CONTROLLER_TOKEN>`: a
+coordinator started with the token accepts refreshes only with it.
 """
 
 import asyncio
 import logging
+import os
 from collections import deque
 from collections.abc import Callable
 
@@ -15,7 +17,8 @@ import aiohttp
 from pydantic import ValidationError
 
 from motor.controller.registry import Change
-from motor.protocol.controller import CoordinatorLinkView
+from motor.controller.settings import TOKEN_VAR
+from motor.protocol.controller import CoordinatorLinkView, bearer
 from motor.protocol.instances import Instance, InstanceEvent, RefreshResult
 
 log = logging.getLogger(__name__)
@@ -36,11 +39,16 @@ def event_for(change: Change) -> InstanceEvent | None:
 
 class CoordinatorLink:
     def __init__(
-        self, url: str, snapshot: Callable[[], list[Instance]], session: aiohttp.ClientSession
+        self,
+        url: str,
+        snapshot: Callable[[], list[Instance]],
+        session: aiohttp.ClientSession,
+        headers: dict[str, str],
     ) -> None:
         self.url = url.rstrip("/")
         self._snapshot = snapshot
         self._session = session
+        self._headers = headers
         self._events: deque[InstanceEvent] = deque()
         self._needs_set = False
         self._wake = asyncio.Event()
@@ -92,6 +100,7 @@ class CoordinatorLink:
             async with self._session.post(
                 f"{self.url}/instances/refresh",
                 json=event.model_dump(mode="json"),
+                headers=self._headers,
                 timeout=aiohttp.ClientTimeout(total=PUSH_TIMEOUT_S),
             ) as response:
                 body = await response.read()
@@ -116,9 +125,16 @@ class CoordinatorLink:
 
 class EventPusher:
     def __init__(
-        self, urls: list[str], snapshot: Callable[[], list[Instance]], session: aiohttp.ClientSession
+        self,
+        urls: list[str],
+        snapshot: Callable[[], list[Instance]],
+        session: aiohttp.ClientSession,
+        token: str | None = None,
     ) -> None:
-        self.links = [CoordinatorLink(url, snapshot, session) for url in urls]
+        """`token`: the shared controller token (default: MOTOR_CONTROLLER_TOKEN from the environment)."""
+        token = token if token is not None else os.environ.get(TOKEN_VAR, "")
+        headers = bearer(token) if token else {}
+        self.links = [CoordinatorLink(url, snapshot, session, headers) for url in urls]
 
     def publish(self, change: Change) -> None:
         event = event_for(change)

@@ -5,6 +5,7 @@ the coordinator out of its Kubernetes Service, and the controller reaches it thr
 the very instances that would make it ready. 503 means only that the coordinator itself is not serving yet.
 """
 
+import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -15,6 +16,7 @@ from motor.coordinator.asgi import (
     Receive,
     Scope,
     Send,
+    header,
     method_not_allowed,
     not_found,
     read_body,
@@ -48,9 +50,12 @@ class Control(Protocol):
 
 
 class ManagementApp:
-    def __init__(self, control: Control, max_body_bytes: int) -> None:
+    def __init__(self, control: Control, max_body_bytes: int, *, refresh_token: str | None = None) -> None:
+        """`refresh_token`: the controller's shared token (MOTOR_CONTROLLER_TOKEN); when given, only callers
+        presenting it as `Authorization: Bearer <token>` may change the instance set."""
         self.control = control
         self.max_body_bytes = max_body_bytes
+        self._refresh_token = refresh_token.encode() if refresh_token else None
         self._routes: dict[tuple[str, str], Callable[[Scope, Receive, Send], Awaitable[None]]] = {
             ("GET", "/startup"): self._startup,
             ("GET", "/readiness"): self._readiness,
@@ -125,6 +130,9 @@ class ManagementApp:
         await send_json(send, 200, body)
 
     async def _refresh(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._refresh_token is not None and not _bearer_matches(scope, self._refresh_token):
+            await send_error(send, UNAUTHORIZED_REFRESH)
+            return
         try:
             event = _parse_event(await read_body(scope, receive, self.max_body_bytes))
         except HttpError as error:
@@ -139,6 +147,21 @@ class ManagementApp:
             result.version,
         )
         await send_json(send, 200, result.model_dump())
+
+
+UNAUTHORIZED_REFRESH = HttpError(
+    401,
+    "missing or wrong bearer token: POST /instances/refresh needs `Authorization: Bearer <token>` with the "
+    "MOTOR_CONTROLLER_TOKEN this coordinator was started with (the controller sends its own; give both the same)",
+    type_="authentication_error",
+    code="invalid_token",
+    headers=[(b"www-authenticate", b'Bearer realm="motor"')],
+)
+
+
+def _bearer_matches(scope: Scope, token: bytes) -> bool:
+    scheme, _, given = (header(scope, b"authorization") or b"").partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), token)
 
 
 def _parse_event(raw: bytes) -> InstanceEvent:

@@ -68,7 +68,9 @@ async def run_single_process(
         (make_server(InferenceApp(core), keep_alive_timeout=keep_alive, log_level=level), infer_socket),
         (
             make_server(
-                ManagementApp(control, config.request_limit.max_body_bytes),
+                ManagementApp(
+                    control, config.request_limit.max_body_bytes, refresh_token=settings.controller_token
+                ),
                 keep_alive_timeout=keep_alive,
                 log_level=level,
             ),

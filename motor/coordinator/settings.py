@@ -10,6 +10,7 @@ from motor.kv.connectors import DispatchProfile
 
 ADVERTISE_HOST_VAR = "MOTOR_ADVERTISE_HOST"
 RUN_DIR_VAR = "MOTOR_RUN_DIR"
+CONTROLLER_TOKEN_VAR = "MOTOR_CONTROLLER_TOKEN"
 ALL_INTERFACES = "0.0.0.0"
 
 
@@ -23,6 +24,7 @@ class CoordinatorSettings:
     mgmt_port: int
     served_models: tuple[str, ...]
     run_dir: str | None
+    controller_token: str | None  # when set, POST /instances/refresh requires it as a bearer token
 
     @classmethod
     def from_topology(
@@ -43,6 +45,7 @@ class CoordinatorSettings:
             mgmt_port=api.coordinator_api_mgmt_port,
             served_models=served_model_names(topology),
             run_dir=environ.get(RUN_DIR_VAR) or None,
+            controller_token=environ.get(CONTROLLER_TOKEN_VAR) or None,
         )
 
 

@@ -271,7 +271,9 @@ async def run_supervisor(
         await supervisor.start_worker(worker)
     monitor = asyncio.create_task(supervisor.monitor())
     mgmt = make_server(
-        ManagementApp(supervisor, config.request_limit.max_body_bytes),
+        ManagementApp(
+            supervisor, config.request_limit.max_body_bytes, refresh_token=settings.controller_token
+        ),
         keep_alive_timeout=config.timeout_config.keep_alive_timeout,
         log_level=config.logging_config.log_level,
     )

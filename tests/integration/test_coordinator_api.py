@@ -7,13 +7,16 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from motor.coordinator.auth import hash_api_key
+from motor.protocol.controller import ControllerState, bearer
 from motor.protocol.instances import Endpoint, Instance
+from tests.fixtures.control import TOKEN, ControlPlane, sim_config
 from tests.fixtures.coordinator import (
     CoordinatorProcess,
     StartCoordinator,
@@ -232,6 +235,56 @@ async def test_a_request_waits_within_its_retry_budget_for_an_instance(
     assert response.status_code == 200, response.text
     assert response.json()["choices"][0]["text"]
     assert coordinator_metric(coordinator, waiting) >= 1
+
+
+async def test_instance_refresh_needs_the_controller_token_when_the_coordinator_has_one(
+    coordinators: StartCoordinator, union: SimEngine
+) -> None:
+    coordinator = coordinators(profile="aggregated", env={"MOTOR_CONTROLLER_TOKEN": "refresh-token-1"})
+    event = {"event": "set", "instances": [sim_instance(union, "union").model_dump(mode="json")]}
+    wrong = [
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": "refresh-token-1"},
+        {"Authorization": ""},
+    ]
+    async with httpx.AsyncClient(base_url=coordinator.mgmt_url, timeout=10) as mgmt:
+        for headers in wrong:
+            refused = await mgmt.post("/instances/refresh", json=event, headers=headers)
+            assert "MOTOR_CONTROLLER_TOKEN" in assert_openai_error(refused, 401, "invalid_token")["message"]
+            assert refused.headers["www-authenticate"].startswith("Bearer")
+        readiness = await mgmt.get("/readiness")  # probes stay open
+        assert readiness.status_code == 200 and readiness.json()["instance_set_version"] == 0
+        accepted = await mgmt.post(
+            "/instances/refresh", json=event, headers={"Authorization": "bearer refresh-token-1"}
+        )
+        assert accepted.status_code == 200 and accepted.json()["version"] == 1
+    async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:
+        assert (await http.post("/v1/completions", json=completion())).status_code == 200
+    assert (
+        coordinator.register([], event="set")["version"] == 2
+    )  # the fixture sends the token it started with
+
+
+async def test_the_controller_pushes_with_its_token(
+    tmp_path: Path, coordinators: StartCoordinator, control_plane: ControlPlane
+) -> None:
+    same = coordinators(profile="prefill_first", env={"MOTOR_CONTROLLER_TOKEN": TOKEN})
+    other = coordinators(profile="prefill_first", env={"MOTOR_CONTROLLER_TOKEN": "another-token"})
+    config = sim_config(tmp_path / "config", pool=False)
+    control_plane.controller(config, coordinators=f"{same.mgmt_url},{other.mgmt_url}")
+    async with httpx.AsyncClient(base_url=config.controller_url, timeout=10) as client:
+        for _ in range(200):
+            response = await client.get("/controller/instances", headers=bearer(TOKEN))
+            links = {link.url: link for link in ControllerState.model_validate(response.json()).coordinators}
+            if links[same.mgmt_url].acknowledged_events and links[other.mgmt_url].last_error:
+                break
+            await asyncio.sleep(0.05)
+    accepted, refused = links[same.mgmt_url], links[other.mgmt_url]
+    assert accepted.acknowledged_events >= 1 and accepted.last_error is None, accepted
+    assert same.mgmt_get("/readiness")[1]["instance_set_version"] >= 1
+    assert refused.acknowledged_events == 0 and "HTTP 401" in (refused.last_error or ""), refused
+    assert other.mgmt_get("/readiness")[1]["instance_set_version"] == 0
 
 
 async def test_metrics_cover_every_family(coordinators: StartCoordinator, union: SimEngine) -> None:
