@@ -35,7 +35,9 @@ class Controller:
         self.settings = settings
         self._session = session
         self.registry = InstanceRegistry(Timeouts(settings.heartbeat_timeout, settings.expired_timeout))
-        self.pusher = EventPusher(settings.coordinator_urls, self.registry.active, session)
+        self.pusher = EventPusher(
+            settings.coordinator_urls, self.registry.active, session, token=settings.token
+        )
         self.store = EtcdStore(settings.etcd, settings.job_id) if settings.etcd else None
 
     async def restore(self) -> int:

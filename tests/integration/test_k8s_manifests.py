@@ -228,11 +228,11 @@ def test_addresses_use_services_and_pod_ip() -> None:
 def test_registration_token_comes_from_a_secret_unless_env_json_sets_it() -> None:
     objects = by_kind_name(manifests_for(SIM_VARIANTS["multi-cpu-sim"], token="fixed-token"))
     assert objects["Secret", "motor-controller-token"]["stringData"] == {"token": "fixed-token"}
-    for name in ("controller", "prefill-0", "decode-0"):
+    for name in ("controller", "coordinator", "prefill-0", "decode-0"):
         env = container(objects["Deployment", name])["env"]
         token = next(item for item in env if item["name"] == "MOTOR_CONTROLLER_TOKEN")
         assert token["valueFrom"]["secretKeyRef"] == {"name": "motor-controller-token", "key": "token"}
-    assert "MOTOR_CONTROLLER_TOKEN" not in env_of(objects["Deployment", "coordinator"])
+    assert "MOTOR_CONTROLLER_TOKEN" not in env_of(objects["Deployment", "kv-pool"])
 
     env_json = {**SIM_ENV, "motor_common_env": {"MOTOR_CONTROLLER_TOKEN": "from-env-json"}}
     objects = by_kind_name(manifests_for(SIM_VARIANTS["multi-cpu-sim"], env_json))

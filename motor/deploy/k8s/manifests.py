@@ -1,8 +1,8 @@
 """Kubernetes objects from a Plan: pure dictionaries, grouped into files.
 
 Layout (namespace = job_id): ConfigMap `motor-config` (user_config.json, env.json and the engines' store
-config, mounted at the plan's config_dir); Secret `motor-controller-token` (the registration token controller
-and node managers share, unless env.json sets MOTOR_CONTROLLER_TOKEN; created once and never overwritten, so
+config, mounted at the plan's config_dir); Secret `motor-controller-token` (the token controller, coordinator and
+node managers share, unless env.json sets MOTOR_CONTROLLER_TOKEN; created once and never overwritten, so
 running pods keep agreeing); RBAC for the controller; for deploy_mode multi_deployment one Deployment per
 component (+ a Service for the controller, the coordinator and the KV pool), node managers getting one
 Deployment per engine instance with replicas = pods per instance. single_container puts every component in one
@@ -202,7 +202,9 @@ class ManifestContext:
             "image": self.deploy.image_name,
             "imagePullPolicy": "IfNotPresent",
             "command": list(component.argv),
-            "env": self.env(component.env, with_token=component.kind in ("controller", "node_manager")),
+            "env": self.env(
+                component.env, with_token=component.kind in ("controller", "coordinator", "node_manager")
+            ),
             "ports": [
                 {"name": name, "containerPort": port, "protocol": "TCP"}
                 for name, port in component.ports.items()

@@ -177,7 +177,7 @@ def _start_all(plan: Plan, state: RunState, out: TextIO, began: float) -> None:
 
 def _start(component: Component, state: RunState) -> ProcessRecord:
     env = dict(component.env)
-    if component.kind in ("controller", "node_manager"):
+    if component.kind in ("controller", "coordinator", "node_manager"):
         env[TOKEN_VAR] = state.token
     run_dir = Path(env.get("MOTOR_RUN_DIR") or Path(state.run_dir) / component.name)
     run_dir.mkdir(parents=True, exist_ok=True)
