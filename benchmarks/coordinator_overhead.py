@@ -24,7 +24,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,7 @@ from pathlib import Path
 import uvloop
 
 from motor.coordinator.upstream import UpstreamConnection, UpstreamPool
+from motor.pool.net import free_local_ports
 
 MODEL = "sim-model"
 BODY = json.dumps(
@@ -51,9 +51,7 @@ DONE = b"data: [DONE]\n\n"
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_local_ports(1)[0]
 
 
 # ---- processes -------------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,8 @@ from pathlib import Path
 
 import aiohttp
 import uvloop
+
+from motor.pool.net import free_local_ports
 
 BODY = {"model": "bench", "prompt": "hello there, simulator", "max_tokens": 2, "temperature": 0}
 
@@ -66,9 +67,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_local_ports(1)[0]
 
 
 def start_server(kind: str, port: int, cpu: int, log_path: Path) -> subprocess.Popen[bytes]:

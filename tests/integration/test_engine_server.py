@@ -13,23 +13,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from motor.pool.net import free_local_ports
+
 WAIT_S = 30.0
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 class WrappedSim:
     def __init__(self, log_path: Path, *sim_flags: str) -> None:
-        self.port, self.status_port = free_ports(2)
+        self.port, self.status_port = free_local_ports(2)
         argv = [
             sys.executable, "-m", "motor.engine.server",
             "--engine-port", str(self.port),
@@ -148,7 +139,7 @@ def test_taken_status_port_starts_no_engine(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        port = free_ports(1)[0]
+        port = free_local_ports(1)[0]
         argv = [
             sys.executable, "-m", "motor.engine.server", "--engine-port", str(port),
             "--status-port", str(taken.getsockname()[1]), "--", sys.executable, "-c", "import time; time.sleep(60)",

@@ -9,7 +9,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from motor.config import load_documents
 from motor.config.models import NodeManagerConfig
 from motor.config.topology import RoleSpec
 from motor.engine.launch import EngineLaunch, engine_launch
+from motor.pool.net import free_local_ports
 from tests.fixtures.pool import RunningPool
 
 pytestmark = [
@@ -49,18 +49,6 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from motor.engine.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", seed=0)
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct ports the kernel hands out for port 0 on 127.0.0.1."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 class Engine:
@@ -185,7 +173,7 @@ def wait_group_gone(pgid: int, timeout_s: float = 15.0) -> list[int]:
 def test_engine_server_status_and_greedy_determinism(
     tiny_model: Path, tmp_path: Path, engines: list[Engine]
 ) -> None:
-    port, status_port = free_ports(2)
+    port, status_port = free_local_ports(2)
     spec = RoleSpec(
         role="union",
         section_path="motor_engine_union_config",
@@ -269,7 +257,7 @@ def pd_topology(tiny_model: Path, pool: RunningPool, kv_port: int) -> Any:
 def test_pd_decode_equals_aggregated_with_kv_from_transfer(
     tiny_model: Path, tmp_path: Path, engines: list[Engine], mooncake_master: RunningPool
 ) -> None:
-    p_port, p_status, d_port, d_status, kv_port = free_ports(5)
+    p_port, p_status, d_port, d_status, kv_port = free_local_ports(5)
     topology = pd_topology(tiny_model, mooncake_master, kv_port)
     launches = {}
     for role, port, status_port in (("prefill", p_port, p_status), ("decode", d_port, d_status)):
