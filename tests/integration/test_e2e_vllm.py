@@ -327,7 +327,8 @@ def test_chat_streams_through_the_coordinator(deployment: Deployment) -> None:
     assert chunks[0]["choices"][0]["delta"].get("role") == "assistant"
     assert all(chunk["object"] == "chat.completion.chunk" for chunk in chunks)
     assert len({chunk["id"] for chunk in chunks}) == 1
-    assert sum(has_output(chunk) for chunk in chunks) >= 12, "the answer did not arrive token by token"
+    # No chunk count is asserted: vLLM merges decode steps into one chunk when its output consumer falls behind
+    # (3 chunks for 24 tokens on a busy host); token-by-token relaying is covered with the sim engine.
     finishes = [c["finish_reason"] for chunk in chunks for c in chunk["choices"] if c.get("finish_reason")]
     assert finishes == ["length"]
     assert streamed.usage()["completion_tokens"] == 24
