@@ -35,7 +35,6 @@ import asyncio
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -49,6 +48,7 @@ import httpx
 
 from motor.config import load_config
 from motor.config.ports import instance_ports
+from motor.pool.net import free_port_block
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "local"
@@ -69,25 +69,6 @@ SHAPES: dict[str, dict[str, Any]] = {
 }
 
 
-def port_block(count: int) -> int:
-    """The first of `count` consecutive ports free now, below the ephemeral range."""
-    for _ in range(200):
-        base = random.randrange(20000, 32000 - count)
-        sockets = []
-        try:
-            for port in range(base, base + count):
-                sock = socket.socket()
-                sockets.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in sockets:
-                sock.close()
-    raise RuntimeError(f"no block of {count} free consecutive ports found")
-
-
 # ---- deployment ------------------------------------------------------------------------------------------
 
 
@@ -103,7 +84,7 @@ class Deployment:
 def write_config(directory: Path) -> Path:
     user = json.loads((EXAMPLE / "user_config.json").read_text())
     env = json.loads((EXAMPLE / "env.json").read_text())
-    base = port_block(32)
+    base = free_port_block(32)
     user["motor_deploy_config"]["job_id"] = JOB_ID
     user["motor_coordinator_config"]["api_config"] = {
         "coordinator_api_host": "127.0.0.1",

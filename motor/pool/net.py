@@ -1,5 +1,6 @@
 """Small TCP helpers shared by the master supervisor and the store client."""
 
+import random
 import socket
 
 
@@ -37,3 +38,23 @@ def free_local_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
+
+
+def free_port_block(count: int) -> int:
+    """The first of `count` consecutive ports on 127.0.0.1 that are free now, below Linux's ephemeral range
+    (32768+), where outgoing connections could take them before a server binds."""
+    for _ in range(200):
+        base = random.randrange(20000, 32000 - count)
+        sockets: list[socket.socket] = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise RuntimeError(f"no block of {count} free consecutive ports found below 32000")

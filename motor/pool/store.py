@@ -275,29 +275,23 @@ class StoreClient:
 
     def put_batch(self, items: Mapping[str, Value]) -> None:
         """Store several values in one round trip; existing keys keep their values."""
-        if not items:
-            return
-        keys = list(items)
-        values = list(items.values())
-        code = self._put_batch(keys, values)
-        if code:
-            sizes = [len(value) for value in values]
-            self._retry_while_full(
-                code, lambda: self._put_batch(keys, values), f"put_batch of {len(keys)} keys", sizes
-            )
+        self._store_batch(self._put_batch, items, "put_batch")
 
     def upsert_batch(self, items: Mapping[str, Value]) -> None:
         """Store several values in one round trip, replacing existing ones."""
+        self._store_batch(self._upsert_batch, items, "upsert_batch")
+
+    def _store_batch(
+        self, native: Callable[[list[str], list[Value]], int], items: Mapping[str, Value], verb: str
+    ) -> None:
         if not items:
             return
         keys = list(items)
         values = list(items.values())
-        code = self._upsert_batch(keys, values)
+        code = native(keys, values)
         if code:
             sizes = [len(value) for value in values]
-            self._retry_while_full(
-                code, lambda: self._upsert_batch(keys, values), f"upsert_batch of {len(keys)} keys", sizes
-            )
+            self._retry_while_full(code, lambda: native(keys, values), f"{verb} of {len(keys)} keys", sizes)
 
     def get_batch(self, keys: Sequence[str]) -> list[bytes | None]:
         """Values in the order of `keys`, None for keys the pool does not hold."""

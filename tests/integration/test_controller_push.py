@@ -7,8 +7,9 @@ from pathlib import Path
 
 import httpx
 
+from motor.pool.net import free_port_block
 from motor.protocol.controller import ControllerState, bearer
-from tests.fixtures.control import TOKEN, ControlPlane, RefreshRecorder, port_block, sim_config
+from tests.fixtures.control import TOKEN, ControlPlane, RefreshRecorder, sim_config
 from tests.integration.test_controller_lifecycle import FAST, heartbeat, registration
 
 AUTH = bearer(TOKEN)
@@ -61,7 +62,7 @@ async def test_failed_pushes_are_retried_until_acknowledged(
 async def test_a_coordinator_that_starts_late_gets_the_full_set(
     tmp_path: Path, control_plane: ControlPlane, refresh_recorder: Callable[..., RefreshRecorder]
 ) -> None:
-    late = refresh_recorder(port=port_block(1))
+    late = refresh_recorder(port=free_port_block(1))
     config = sim_config(tmp_path / "config", pool=False, overrides=FAST)
     control_plane.controller(config, coordinators=late.url)
     async with httpx.AsyncClient(base_url=config.controller_url, timeout=5) as client:

@@ -33,7 +33,7 @@ import pytest
 
 from motor.config import load_config
 from motor.config.ports import instance_ports
-from tests.fixtures.control import port_block
+from motor.pool.net import free_port_block
 
 pytestmark = [
     pytest.mark.slow,
@@ -91,7 +91,7 @@ def write_config(directory: Path) -> Path:
     """examples/local with free ports, its own job id, 2 prefill instances and prompt token details."""
     user = json.loads((EXAMPLE / "user_config.json").read_text())
     env = json.loads((EXAMPLE / "env.json").read_text())
-    base = port_block(32)
+    base = free_port_block(32)
     user["motor_deploy_config"].update(job_id=JOB_ID, p_instances_num=2)
     user["motor_coordinator_config"]["api_config"] = {
         "coordinator_api_host": "127.0.0.1",
