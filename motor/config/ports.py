@@ -3,7 +3,8 @@
 Instances are numbered in order prefill, decode, union (k = 0, 1, ...); instance k's node manager listens on
 `node_manager_port + k` and its engine on `base_port + 2k` (OpenAI API) and `base_port + 2k + 1` (status).
 A producer whose transfer connector serves a KV bootstrap endpoint (vLLM's MooncakeConnector) uses the
-connector's `kv_port + i` for the i-th instance of its role.
+connector's `kv_port + i` for the i-th instance of its role. Store connectors' host-local lookup sockets get the
+configured id + k (see `motor.kv.store_ids`).
 """
 
 from dataclasses import dataclass
@@ -19,6 +20,10 @@ if TYPE_CHECKING:
     from motor.config.topology import Role, RoleSpec
 
 
+# Deploy modes whose engines share one host (and so its ports and IPC paths).
+SHARED_HOST_MODES = ("local", "single_container")
+
+
 @dataclass(frozen=True)
 class PortUse:
     component: str
@@ -31,6 +36,7 @@ class InstancePorts:
     name: str
     role: str
     index: int
+    ordinal: int  # k: the instance's position in the plan, unique on a shared host
     node_manager_port: int
     engine_port: int
     engine_status_port: int
@@ -50,6 +56,7 @@ def instance_ports(roles: "dict[Role, RoleSpec]") -> list[InstancePorts]:
                     name=f"{spec.role}-{index}",
                     role=spec.role,
                     index=index,
+                    ordinal=k,
                     node_manager_port=nm.api_config.node_manager_port + k,
                     engine_port=base,
                     engine_status_port=base + 1,

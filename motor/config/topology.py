@@ -11,7 +11,7 @@ from motor.config.models import (
     NodeManagerConfig,
     UserConfig,
 )
-from motor.config.ports import PortUse, local_port_uses
+from motor.config.ports import SHARED_HOST_MODES, PortUse, instance_ports, local_port_uses
 from motor.config.transfer import (
     apply_role,
     check_engine_compatibility,
@@ -23,6 +23,7 @@ from motor.config.transfer import (
 from motor.kv.connectors import is_pool_backend
 from motor.kv.pool import KvCachePoolConfig
 from motor.kv.profile import ProfileError, ProfileResolution, resolve_profile
+from motor.kv.store_ids import store_lookup_ids
 
 Role = Literal["prefill", "decode", "union"]
 ROLE_KV = {"prefill": "kv_producer", "decode": "kv_consumer", "union": "kv_both"}
@@ -136,6 +137,7 @@ def build_topology(user: UserConfig, env: EnvConfig, raw_pool_present: bool, war
     ports = local_port_uses(user, roles, pool) if deploy.deploy_mode == "local" else []
     if deploy.deploy_mode == "local":
         _check_local(user, roles, ports, issues)
+    _check_store_lookup_ids(roles, transfer, deploy.deploy_mode in SHARED_HOST_MODES, issues)
     if issues:
         raise ConfigError(issues)
     assert profile is not None
@@ -397,3 +399,39 @@ def _check_local(
             )
         else:
             seen[use.port] = use
+
+
+def _check_store_lookup_ids(
+    roles: dict[Role, RoleSpec],
+    transfer: dict[Role, tuple[dict[str, Any] | None, str]],
+    shared_host: bool,
+    issues: list[ConfigIssue],
+) -> None:
+    """Store connectors' lookup ids are integers and, on a shared host, differ between engines."""
+    ordinals = {p.name: p.ordinal for p in instance_ports(roles)}
+    seen: dict[tuple[str, int], str] = {}
+    for role, spec in roles.items():
+        config, config_path = transfer[role]
+        for store in store_lookup_ids(config or {}):
+            path = f"{config_path}.{store.path}"
+            if store.base is None:
+                issues.append(
+                    ConfigIssue(
+                        path, f"{store.raw!r} is not a non-negative integer; {store.connector} needs one"
+                    )
+                )
+                continue
+            for index in range(spec.instances if shared_host else 0):
+                name = f"{spec.role}-{index}"
+                lookup_id = store.base + ordinals[name]
+                other = seen.setdefault((store.key, lookup_id), name)
+                if other != name:
+                    issues.append(
+                        ConfigIssue(
+                            path,
+                            f"{name} would use {store.key} {lookup_id} (configured {store.base} + its ordinal "
+                            f"{ordinals[name]}), the same as {other}; engines on one host must not share the "
+                            "store connector's lookup socket: leave the id equal on every side (e.g. 0) or "
+                            "space the sides by the instance count",
+                        )
+                    )

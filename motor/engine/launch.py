@@ -3,8 +3,9 @@
 The engine section's `engine_config` holds the engine's own CLI options. They become flags the way vLLM's
 argument parser expects them: keys normalised to dashes, `true` → bare flag, `false` and `null` → omitted,
 an object → one JSON string, a list → the flag followed by every value. motor then injects what it owns:
-host and port, the served model name, `engine_id` = the instance id (the transfer connector's), and the KV
-pool store config (a JSON file named by `MOONCAKE_CONFIG_PATH`).
+host and port, the served model name, `engine_id` = the instance id (the transfer connector's), store connectors'
+lookup socket id (configured + the instance's ordinal, so engines on one host do not share it), and the KV pool
+store config (a JSON file named by `MOONCAKE_CONFIG_PATH`).
 
 Every engine runs under `python -m motor.engine.server`, which starts the engine as its child process and
 serves `GET /status` on the status port.
@@ -19,6 +20,7 @@ from typing import Any
 from motor.config.topology import RoleSpec
 from motor.config.transfer import transfer_config_key
 from motor.kv.connectors import MULTI_CONNECTOR, serves_bootstrap
+from motor.kv.store_ids import with_store_lookup_ids
 
 STORE_CONFIG_ENV = "MOONCAKE_CONFIG_PATH"
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
@@ -52,11 +54,13 @@ def engine_launch(
     run_dir: Path,
     python: str = sys.executable,
     bootstrap_port: int | None = None,
+    store_lookup_ordinal: int = 0,
 ) -> EngineLaunch:
     """The command, environment and files that start instance `instance_id` of `spec.role`.
 
     `bootstrap_port` is for producers whose transfer connector serves a KV bootstrap endpoint (MooncakeConnector);
     without it the transfer connector's `kv_port` is used, which suits one producer per host.
+    `store_lookup_ordinal` (the instance's position on a shared host) is added to store connectors' lookup id.
     """
     if spec.engine_type == "sglang":
         raise LaunchError(
@@ -79,7 +83,12 @@ def engine_launch(
     options["served-model-name"] = options.get("served-model-name") or served_model_name(spec)
     transfer = transfer_config(spec.engine_config)
     if transfer is not None:
-        options["kv-transfer-config"] = with_engine_id(transfer, instance_id)
+        try:
+            filled = with_store_lookup_ids(with_engine_id(transfer, instance_id), store_lookup_ordinal)
+        except ValueError as exc:
+            key = transfer_config_key(spec.engine_config)
+            raise LaunchError(f"{spec.section_path}.engine_config.{key}: {exc}") from None
+        options["kv-transfer-config"] = filled
 
     env = dict(spec.env)
     files: dict[str, str] = {}

@@ -22,6 +22,8 @@ class ConnectorCapability:
     pool_backend: bool
     why: str
     serves_bootstrap: bool = False
+    # Extra-config key naming the store connector's host-local lookup socket (an IPC path id, not a TCP port).
+    lookup_id_key: str | None = None
 
 
 MULTI_CONNECTOR = "MultiConnector"
@@ -76,18 +78,21 @@ _CAPABILITIES = [
         DispatchProfile.PREFILL_FIRST,
         True,
         "KV pool backend: decode reads the prefill's KV from the pool",
+        lookup_id_key="lookup_rpc_port",
     ),
     ConnectorCapability(
         "MooncakeStoreConnector",
         DispatchProfile.PREFILL_FIRST,
         True,
         "KV pool backend: decode reads the prefill's KV from the pool",
+        lookup_id_key="lookup_rpc_port",
     ),
     ConnectorCapability(
         "MooncakeConnectorStoreV1",
         DispatchProfile.PREFILL_FIRST,
         True,
         "KV pool backend: decode reads the prefill's KV from the pool",
+        lookup_id_key="mooncake_rpc_port",
     ),
     ConnectorCapability(
         "LMCacheConnectorV1",
@@ -113,6 +118,11 @@ def serves_bootstrap(name: str) -> bool:
     """True when a producer with this transfer connector serves a KV bootstrap endpoint on its kv_port."""
     capability = REGISTRY.get(name)
     return capability is not None and capability.serves_bootstrap
+
+
+def lookup_id_key(name: str) -> str | None:
+    capability = REGISTRY.get(name)
+    return capability.lookup_id_key if capability is not None else None
 
 
 def known_transfer_connectors() -> list[str]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from motor.config import Topology
-from motor.config.ports import instance_ports
+from motor.config.ports import SHARED_HOST_MODES, instance_ports
 from motor.engine.launch import (
     LaunchError,
     engine_launch,
@@ -24,7 +24,6 @@ POOL_MASTER_VAR = "MOTOR_POOL_MASTER"
 RUN_DIR_VAR = "MOTOR_RUN_DIR"
 DEFAULT_HOST = "127.0.0.1"
 # Modes where every instance shares one host and therefore gets shifted ports (motor/config/ports.py).
-SHARED_HOST_MODES = ("local", "single_container")
 
 
 class SettingsError(ValueError):
@@ -76,10 +75,12 @@ def node_settings(
     user = topology.user
     nm = spec.node_manager
     bootstrap_port = None
+    ordinal = 0
     if user.motor_deploy_config.deploy_mode in SHARED_HOST_MODES:
         ports = next(p for p in instance_ports(topology.roles) if p.name == instance_id)
         port, engine_port, status_port = ports.node_manager_port, ports.engine_port, ports.engine_status_port
         bootstrap_port = ports.kv_bootstrap_port
+        ordinal = ports.ordinal
     else:
         port, engine_port = nm.api_config.node_manager_port, nm.endpoint_config.base_port
         status_port = engine_port + 1
@@ -104,6 +105,7 @@ def node_settings(
             store_config=store_config,
             run_dir=run_dir,
             bootstrap_port=bootstrap_port,
+            store_lookup_ordinal=ordinal,
         )
         model_name = served_model_name(spec)
     except LaunchError as exc:

@@ -1,0 +1,79 @@
+"""Per-engine ids for the host-local lookup socket of store connectors.
+
+vLLM's MooncakeStoreConnector (like vllm-ascend's AscendStoreConnector) answers its scheduler's prefix lookups
+over an IPC socket whose path is built from the id in its extra config (`lookup_rpc_port`, default 0), the
+hostname and the DP rank, nothing else. Engines on one host with the same id bind the same path: the last one
+to start takes it over, and the others' lookups reach a foreign worker or wait forever, which stalls their
+scheduler. So instance k of the plan (order prefill, decode, union) gets the configured id + k, as pyMotor does.
+"""
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from motor.kv.connectors import MULTI_CONNECTOR, lookup_id_key
+from motor.kv.profile import sub_connectors
+
+
+@dataclass(frozen=True)
+class StoreLookupId:
+    path: str  # JSON path of the id, relative to kv_transfer_config
+    connector: str
+    key: str
+    base: int | None  # the configured id (0 when absent); None when it is not a non-negative integer
+    raw: Any
+
+
+def store_lookup_ids(transfer_config: dict[str, Any]) -> list[StoreLookupId]:
+    """The store connectors of a kv_transfer_config that own a host-local lookup socket."""
+    found = []
+    for prefix, level in _levels(transfer_config):
+        name = str(level.get("kv_connector"))
+        key = lookup_id_key(name)
+        if key is None:
+            continue
+        extra = level.get("kv_connector_extra_config")
+        raw = extra.get(key, 0) if isinstance(extra, dict) else 0
+        found.append(
+            StoreLookupId(f"{prefix}kv_connector_extra_config.{key}", name, key, _non_negative_int(raw), raw)
+        )
+    return found
+
+
+def with_store_lookup_ids(transfer_config: dict[str, Any], ordinal: int) -> dict[str, Any]:
+    """Copy of a kv_transfer_config whose store connectors use lookup id `configured + ordinal`."""
+    filled = json.loads(json.dumps(transfer_config))
+    for _, level in _levels(filled):
+        key = lookup_id_key(str(level.get("kv_connector")))
+        if key is None:
+            continue
+        extra = level.get("kv_connector_extra_config")
+        if not isinstance(extra, dict):
+            extra = level["kv_connector_extra_config"] = {}
+        base = _non_negative_int(extra.get(key, 0))
+        if base is None:
+            raise ValueError(
+                f"kv_connector_extra_config.{key}: {extra.get(key)!r} is not a non-negative integer"
+            )
+        extra[key] = str(base + ordinal)
+    return filled
+
+
+def _levels(transfer_config: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    if transfer_config.get("kv_connector") != MULTI_CONNECTOR:
+        return [("", transfer_config)]
+    return [
+        (f"kv_connector_extra_config.connectors[{i}].", sub)
+        for i, sub in enumerate(sub_connectors(transfer_config))
+        if isinstance(sub, dict)
+    ]
+
+
+def _non_negative_int(raw: Any) -> int | None:
+    if isinstance(raw, bool):
+        return None
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        return None
+    return value if value >= 0 and str(raw).strip().lstrip("+").isdigit() else None
