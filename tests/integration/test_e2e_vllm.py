@@ -20,6 +20,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -33,6 +34,7 @@ import pytest
 
 from motor.config import load_config
 from motor.config.ports import instance_ports
+from motor.pool.metrics import scrape_pool
 from motor.pool.net import free_port_block
 
 pytestmark = [
@@ -63,6 +65,7 @@ class Deployment:
     api_url: str
     engines: dict[str, str]  # instance id → engine base URL
     block_size: int
+    pool_metrics_url: str  # the mooncake_master's Prometheus endpoint
 
     @property
     def decode(self) -> str:
@@ -77,6 +80,9 @@ class Deployment:
         wrapper = json.loads((self.run_root / JOB_ID / "decode-0" / "engine.pid").read_text())["pid"]
         (engine,) = Path(f"/proc/{wrapper}/task/{wrapper}/children").read_text().split()
         return int(engine)
+
+    def coordinator_log(self) -> str:
+        return (self.run_root / JOB_ID / "logs" / "coordinator.log").read_text(errors="replace")
 
     def log_tails(self, lines: int = 30) -> str:
         logs = sorted((self.run_root / JOB_ID).glob("**/*.log"))
@@ -130,6 +136,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     config_dir = write_config(root / "config")
     run_root = root / "run"
     topology = load_config(config_dir / "user_config.json", config_dir / "env.json")
+    assert topology.pool is not None
     engines = {p.name: f"http://127.0.0.1:{p.engine_port}" for p in instance_ports(topology.roles)}
     api = topology.user.motor_coordinator_config.api_config
     deploy = Deployment(
@@ -138,6 +145,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         api_url=f"http://127.0.0.1:{api.coordinator_api_infer_port}",
         engines=engines,
         block_size=int(topology.roles["decode"].engine_config["block_size"]),
+        pool_metrics_url=f"http://127.0.0.1:{topology.pool.metrics_port}/metrics",
     )
     try:
         with log_path.open("ab") as log:
@@ -239,6 +247,18 @@ def served_by(deploy: Deployment, before: dict[str, float]) -> list[str]:
     return [name for name in after if after[name] > before[name]]
 
 
+def pool_keys_settled(deploy: Deployment, at_least: int, timeout_s: float = 30.0) -> int:
+    """The master's key count once it reached `at_least` and stopped changing (or whatever it is at the timeout)."""
+    deadline = time.monotonic() + timeout_s
+    last = -1
+    while True:
+        count = scrape_pool(deploy.pool_metrics_url).key_count
+        if (count >= at_least and count == last) or time.monotonic() > deadline:
+            return count
+        last = count
+        time.sleep(0.3)
+
+
 def prompt_counters(deploy: Deployment) -> dict[str, float]:
     return {name: metric(url, "vllm:prompt_tokens_total") for name, url in deploy.prefills.items()}
 
@@ -272,6 +292,17 @@ def test_pd_greedy_output_equals_aggregated_and_the_prompt_kv_came_by_transfer(
     print(f"decode engine: {external:.0f} of {total} prompt tokens by transfer, {local:.0f} computed")
 
 
+def test_each_engine_binds_its_own_store_lookup_socket(deployment: Deployment) -> None:
+    """MooncakeStoreConnector's scheduler asks its worker over an IPC socket named by lookup_rpc_port; engines
+    sharing one (vLLM's default 0) stall each other's schedulers, so motor numbers them per instance."""
+    bound = Path("/proc/net/unix").read_text()
+    host = socket.gethostname()
+    for lookup_id in range(len(deployment.engines)):
+        assert f"/lookup_rpc_port_{lookup_id}_host_{host}_dp_rank0" in bound, (
+            f"no engine bound lookup id {lookup_id}"
+        )
+
+
 def test_repeated_prefix_on_the_other_prefill_instance_is_a_pool_hit(
     deployment: Deployment, record_property: Any
 ) -> None:
@@ -284,16 +315,25 @@ def test_repeated_prefix_on_the_other_prefill_instance_is_a_pool_hit(
     url = f"{deployment.api_url}/v1/completions"
 
     before = prompt_counters(deployment)
+    keys_before = scrape_pool(deployment.pool_metrics_url).key_count
     miss = stream(url, {**body, "prompt": first_prompt})
     first_prefill = served_by(deployment, before)
+    # The prefill saves its blocks to the pool after it answered; the repeat is meant to find them there (a
+    # repeat racing that save is not what this test is about), and the save itself must happen.
+    stored = pool_keys_settled(deployment, at_least=keys_before + len(prefix) // deployment.block_size)
+    assert stored >= keys_before + len(prefix) // deployment.block_size, (
+        f"the miss did not store its prefix blocks in the pool: {keys_before} → {stored} keys"
+    )
     before = prompt_counters(deployment)
     externals = {name: metric(u, BY_SOURCE, EXTERNAL) for name, u in deployment.prefills.items()}
     hit = stream(url, {**body, "prompt": repeat_prompt})
     repeat_prefill = served_by(deployment, before)
 
     assert len(first_prefill) == 1 and len(repeat_prefill) == 1, (first_prefill, repeat_prefill)
+    retries = [line for line in deployment.coordinator_log().splitlines() if "retrying" in line]
     assert first_prefill != repeat_prefill, (
-        "the coordinator (load_balance, ties to the least recently picked) sent both to one prefill instance"
+        "the coordinator (load_balance, ties to the least recently picked) sent both to one prefill instance; "
+        f"its retries: {retries}"
     )
     (other,) = repeat_prefill
     assert miss.usage()["prompt_tokens_details"]["cached_tokens"] == 0
