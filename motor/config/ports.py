@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from motor.config.models import UserConfig
 from motor.config.transfer import transfer_config_key
 from motor.kv.connectors import serves_bootstrap
+from motor.kv.levels import transfer_kv_port, transfer_level
 from motor.kv.pool import KvCachePoolConfig
-from motor.kv.profile import deciding_connector, sub_connectors
 
 if TYPE_CHECKING:
     from motor.config.topology import Role, RoleSpec
@@ -76,16 +76,9 @@ def kv_bootstrap_base(spec: "RoleSpec") -> int | None:
     config = spec.engine_config.get(key) if key else None
     if spec.role not in PRODUCER_ROLES or not isinstance(config, dict):
         return None
-    name, _ = deciding_connector(config)
-    if not serves_bootstrap(name):
+    if not serves_bootstrap(str(transfer_level(config)[1].get("kv_connector"))):
         return None
-    connectors = sub_connectors(config)
-    level = connectors[0] if name != config.get("kv_connector") and connectors else config
-    try:
-        port = int(level.get("kv_port"))
-    except (TypeError, ValueError):
-        return None
-    return port if 1 <= port <= 65535 else None
+    return transfer_kv_port(config)
 
 
 def local_port_uses(

@@ -16,11 +16,11 @@ from motor.config.transfer import (
     apply_role,
     check_engine_compatibility,
     check_pd_agreement,
-    connector_levels,
     read_transfer_config,
     transfer_config_key,
 )
 from motor.kv.connectors import is_pool_backend
+from motor.kv.levels import connector_levels
 from motor.kv.pool import KvCachePoolConfig
 from motor.kv.profile import ProfileError, ProfileResolution, resolve_profile
 from motor.kv.store_ids import store_lookup_ids
@@ -413,7 +413,7 @@ def _check_store_lookup_ids(
     for role, spec in roles.items():
         config, config_path = transfer[role]
         for store in store_lookup_ids(config or {}):
-            path = f"{config_path}.{store.path}"
+            path = f"{config_path}{store.path}"
             if store.base is None:
                 issues.append(
                     ConfigIssue(
@@ -421,7 +421,9 @@ def _check_store_lookup_ids(
                     )
                 )
                 continue
-            for index in range(spec.instances if shared_host else 0):
+            if not shared_host:
+                continue
+            for index in range(spec.instances):
                 name = f"{spec.role}-{index}"
                 lookup_id = store.base + ordinals[name]
                 other = seen.setdefault((store.key, lookup_id), name)

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from motor.config.compat import engine_option
 from motor.config.errors import ConfigIssue, json_path
 from motor.kv.connectors import MULTI_CONNECTOR
+from motor.kv.levels import connector_levels, transfer_level
 
 KvRole = Literal["kv_producer", "kv_consumer", "kv_both"]
 
@@ -97,15 +98,6 @@ def _check_shape(raw: dict[str, Any], path: str, issues: list[ConfigIssue]) -> b
     return True
 
 
-def connector_levels(config: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """The top-level config and every MultiConnector sub-connector, each with its path suffix."""
-    levels = [("", config)]
-    if config.get("kv_connector") == MULTI_CONNECTOR:
-        for index, sub in enumerate(config["kv_connector_extra_config"]["connectors"]):
-            levels.append((f".kv_connector_extra_config.connectors[{index}]", sub))
-    return levels
-
-
 def apply_role(config: dict[str, Any], path: str, expected: str, issues: list[ConfigIssue]) -> dict[str, Any]:
     """Copy of `config` with kv_role filled where missing; a different role is an error."""
     filled = json.loads(json.dumps(config))
@@ -142,8 +134,7 @@ def check_pd_agreement(
             )
         )
         return
-    p_transfer = connector_levels(prefill)[1 if len(p_names) > 1 else 0]
-    d_transfer = connector_levels(decode)[1 if len(d_names) > 1 else 0]
+    p_transfer, d_transfer = transfer_level(prefill), transfer_level(decode)
     p_port, d_port = p_transfer[1].get("kv_port"), d_transfer[1].get("kv_port")
     if (p_port is not None or d_port is not None) and str(p_port) != str(d_port):
         issues.append(

@@ -19,7 +19,8 @@ from typing import Any
 
 from motor.config.topology import RoleSpec
 from motor.config.transfer import transfer_config_key
-from motor.kv.connectors import MULTI_CONNECTOR, serves_bootstrap
+from motor.kv.connectors import serves_bootstrap
+from motor.kv.levels import connector_levels, transfer_kv_port, transfer_level
 from motor.kv.store_ids import with_store_lookup_ids
 
 STORE_CONFIG_ENV = "MOONCAKE_CONFIG_PATH"
@@ -184,31 +185,20 @@ def transfer_config(engine_config: dict[str, Any]) -> dict[str, Any] | None:
     return json.loads(raw) if isinstance(raw, str) else raw
 
 
-def transfer_connector(config: dict[str, Any]) -> dict[str, Any]:
-    """The connector that moves KV between P and D: MultiConnector's first sub-connector, else the config."""
-    if config.get("kv_connector") == MULTI_CONNECTOR:
-        connectors = (config.get("kv_connector_extra_config") or {}).get("connectors") or [{}]
-        return connectors[0] if isinstance(connectors[0], dict) else {}
-    return config
-
-
 def needs_bootstrap(config: dict[str, Any]) -> bool:
-    transfer = transfer_connector(config)
+    _, transfer = transfer_level(config)
     role = transfer.get("kv_role") or config.get("kv_role")
     return serves_bootstrap(str(transfer.get("kv_connector"))) and role in PRODUCER_ROLES
 
 
 def _kv_port(config: dict[str, Any], section_path: str) -> int:
-    raw = transfer_connector(config).get("kv_port")
-    try:
-        port = int(raw)
-    except (TypeError, ValueError):
-        port = 0
-    if not 1 <= port <= 65535:
+    port = transfer_kv_port(config)
+    if port is None:
+        suffix, transfer = transfer_level(config)
         raise LaunchError(
-            f"{section_path}.engine_config.kv_transfer_config: {transfer_connector(config).get('kv_connector')} "
+            f"{section_path}.engine_config.kv_transfer_config{suffix}.kv_port: {transfer.get('kv_connector')} "
             f"on a producer serves a KV bootstrap endpoint and needs a port: set kv_port (1..65535) on the "
-            f"transfer connector (got {raw!r})"
+            f"transfer connector (got {transfer.get('kv_port')!r})"
         )
     return port
 
@@ -221,8 +211,6 @@ def with_engine_id(config: dict[str, Any], engine_id: str) -> dict[str, Any]:
     """
     filled = json.loads(json.dumps(config))
     filled["engine_id"] = engine_id
-    if filled.get("kv_connector") == MULTI_CONNECTOR:
-        for sub in (filled.get("kv_connector_extra_config") or {}).get("connectors") or []:
-            if isinstance(sub, dict):
-                sub.pop("engine_id", None)
+    for _, sub in connector_levels(filled)[1:]:
+        sub.pop("engine_id", None)
     return filled

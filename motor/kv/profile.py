@@ -4,12 +4,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from motor.kv.connectors import (
-    MULTI_CONNECTOR,
     DispatchProfile,
     is_pool_backend,
     known_transfer_connectors,
     lookup,
 )
+from motor.kv.levels import transfer_level
 
 
 @dataclass(frozen=True)
@@ -27,22 +27,12 @@ class ProfileError(ValueError):
         self.message = message
 
 
-def sub_connectors(transfer_config: dict[str, Any]) -> list[Any]:
-    extra = transfer_config.get("kv_connector_extra_config") or {}
-    connectors = extra.get("connectors") if isinstance(extra, dict) else None
-    return connectors if isinstance(connectors, list) else []
-
-
 def deciding_connector(transfer_config: dict[str, Any]) -> tuple[str, str]:
     """(connector name, its JSON path relative to kv_transfer_config) of the connector that decides the profile."""
-    name = transfer_config.get("kv_connector")
-    if name != MULTI_CONNECTOR:
-        return str(name), "kv_connector"
-    connectors = sub_connectors(transfer_config)
-    first = connectors[0] if connectors else None
-    if not isinstance(first, dict):
-        return "", "kv_connector_extra_config.connectors[0]"
-    return str(first.get("kv_connector")), "kv_connector_extra_config.connectors[0].kv_connector"
+    suffix, level = transfer_level(transfer_config)
+    if not level:
+        return "", suffix.lstrip(".")
+    return str(level.get("kv_connector")), f"{suffix}.kv_connector".lstrip(".")
 
 
 def resolve_profile(

@@ -11,13 +11,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from motor.kv.connectors import MULTI_CONNECTOR, lookup_id_key
-from motor.kv.profile import sub_connectors
+from motor.kv.connectors import lookup_id_key
+from motor.kv.levels import connector_levels
 
 
 @dataclass(frozen=True)
 class StoreLookupId:
-    path: str  # JSON path of the id, relative to kv_transfer_config
+    path: str  # JSON path suffix of the id, relative to kv_transfer_config
     connector: str
     key: str
     base: int | None  # the configured id (0 when absent); None when it is not a non-negative integer
@@ -27,7 +27,7 @@ class StoreLookupId:
 def store_lookup_ids(transfer_config: dict[str, Any]) -> list[StoreLookupId]:
     """The store connectors of a kv_transfer_config that own a host-local lookup socket."""
     found = []
-    for prefix, level in _levels(transfer_config):
+    for suffix, level in connector_levels(transfer_config):
         name = str(level.get("kv_connector"))
         key = lookup_id_key(name)
         if key is None:
@@ -35,7 +35,7 @@ def store_lookup_ids(transfer_config: dict[str, Any]) -> list[StoreLookupId]:
         extra = level.get("kv_connector_extra_config")
         raw = extra.get(key, 0) if isinstance(extra, dict) else 0
         found.append(
-            StoreLookupId(f"{prefix}kv_connector_extra_config.{key}", name, key, _non_negative_int(raw), raw)
+            StoreLookupId(f"{suffix}.kv_connector_extra_config.{key}", name, key, _non_negative_int(raw), raw)
         )
     return found
 
@@ -43,7 +43,7 @@ def store_lookup_ids(transfer_config: dict[str, Any]) -> list[StoreLookupId]:
 def with_store_lookup_ids(transfer_config: dict[str, Any], ordinal: int) -> dict[str, Any]:
     """Copy of a kv_transfer_config whose store connectors use lookup id `configured + ordinal`."""
     filled = json.loads(json.dumps(transfer_config))
-    for _, level in _levels(filled):
+    for _, level in connector_levels(filled):
         key = lookup_id_key(str(level.get("kv_connector")))
         if key is None:
             continue
@@ -59,21 +59,8 @@ def with_store_lookup_ids(transfer_config: dict[str, Any], ordinal: int) -> dict
     return filled
 
 
-def _levels(transfer_config: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    if transfer_config.get("kv_connector") != MULTI_CONNECTOR:
-        return [("", transfer_config)]
-    return [
-        (f"kv_connector_extra_config.connectors[{i}].", sub)
-        for i, sub in enumerate(sub_connectors(transfer_config))
-        if isinstance(sub, dict)
-    ]
-
-
 def _non_negative_int(raw: Any) -> int | None:
-    if isinstance(raw, bool):
-        return None
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        return None
-    return value if value >= 0 and str(raw).strip().lstrip("+").isdigit() else None
+    """An id written as a JSON integer or a string of digits (vLLM reads either)."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw if raw >= 0 else None
+    return int(raw) if isinstance(raw, str) and raw.strip().isdigit() else None

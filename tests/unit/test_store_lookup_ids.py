@@ -13,7 +13,7 @@ from motor.kv.store_ids import store_lookup_ids, with_store_lookup_ids
 from tests.unit.config_cases import seed, sub
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "local"
-LOOKUP = "kv_connector_extra_config.connectors[1].kv_connector_extra_config.lookup_rpc_port"
+LOOKUP = ".kv_connector_extra_config.connectors[1].kv_connector_extra_config.lookup_rpc_port"
 
 
 def multi(store: dict[str, Any]) -> dict[str, Any]:
@@ -82,7 +82,7 @@ def test_colliding_ids_on_a_shared_host_name_the_path_and_both_engines() -> None
     sub(user, "prefill", 1)["kv_connector_extra_config"]["lookup_rpc_port"] = "2"
     sub(user, "decode", 1)["kv_connector_extra_config"]["lookup_rpc_port"] = "0"
     issues = issues_of(user, env)
-    message = issues[f"motor_engine_decode_config.engine_config.kv_transfer_config.{LOOKUP}"]
+    message = issues[f"motor_engine_decode_config.engine_config.kv_transfer_config{LOOKUP}"]
     assert "decode-0 would use lookup_rpc_port 2" in message and "prefill-0" in message
 
 
@@ -101,7 +101,7 @@ def test_a_non_integer_id_is_an_error() -> None:
     issues = issues_of(user, env)
     assert (
         "not a non-negative integer"
-        in issues[f"motor_engine_prefill_config.engine_config.kv_transfer_config.{LOOKUP}"]
+        in issues[f"motor_engine_prefill_config.engine_config.kv_transfer_config{LOOKUP}"]
     )
 
 
