@@ -11,11 +11,10 @@ from types import ModuleType
 from typing import Any
 
 from motor.engine.patches.facts import UNLISTED_METRICS_ASSERTION, Facts
-from motor.engine.patches.registry import Decision, Patch, PatchTargetError
+from motor.engine.patches.registry import Decision, Patch, PatchTargetError, replace_method
 
 TARGET = "vllm.distributed.kv_transfer.kv_connector.v1.multi_connector"
 METRICS_CLASS = "MultiKVConnectorPromMetrics"
-_MARK = "__motor_patched__"
 
 
 def decide(facts: Facts) -> Decision:
@@ -43,11 +42,7 @@ def apply(module: ModuleType | None, _facts: Facts) -> None:
     cls = getattr(module, METRICS_CLASS, None)
     if cls is None or not hasattr(cls, "observe"):
         raise PatchTargetError(f"{TARGET} has no {METRICS_CLASS}.observe")
-    if getattr(cls.observe, _MARK, False):
-        return
-    setattr(observe, _MARK, True)
-    observe.__qualname__ = f"{METRICS_CLASS}.observe"
-    cls.observe = observe
+    replace_method(cls, "observe", observe)
 
 
 PATCH = Patch(

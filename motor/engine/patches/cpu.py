@@ -8,7 +8,7 @@ from types import ModuleType
 from typing import Any
 
 from motor.engine.patches.facts import ACCELERATOR_INDEX_CALL, Facts, is_cpu_build
-from motor.engine.patches.registry import Decision, Patch, PatchTargetError
+from motor.engine.patches.registry import Decision, Patch, PatchTargetError, replace_method
 
 # ---- CUDA builds of torch extensions next to a CPU torch ---------------------------------------------------
 
@@ -51,7 +51,6 @@ MOONCAKE_TARGETS = (
     "vllm.distributed.kv_transfer.kv_connector.v1.mooncake_connector",
 )
 MOONCAKE_WORKER = "MooncakeConnectorWorker"
-_MARK = "__motor_patched__"
 
 
 def decide_mooncake(facts: Facts) -> Decision:
@@ -100,16 +99,13 @@ def apply_mooncake(module: ModuleType | None, _facts: Facts) -> None:
             f"{getattr(module, '__name__', module)} has no {MOONCAKE_WORKER} using torch.accelerator"
         )
     original_init = worker.__init__
-    if getattr(original_init, _MARK, False):
-        return
 
     @functools.wraps(original_init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         with cpu_device_index(torch.accelerator):
             original_init(self, *args, **kwargs)
 
-    setattr(__init__, _MARK, True)
-    worker.__init__ = __init__
+    replace_method(worker, "__init__", __init__)
 
 
 BROKEN_TORCH_EXTENSIONS = Patch(

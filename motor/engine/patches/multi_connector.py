@@ -13,13 +13,12 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from motor.engine.patches.facts import Facts
-from motor.engine.patches.registry import Decision, Patch, PatchTargetError
+from motor.engine.patches.registry import Decision, Patch, PatchTargetError, replace_method
 
 FIXED_IN = Version("0.17.0rc2")
 TARGET = "vllm.distributed.kv_transfer.kv_connector.v1.multi_connector"
 PUSH_SEND_TYPES = frozenset({"PUT", "PUT_ASYNC"})
 PRODUCER_ROLES = frozenset({"kv_producer", "kv_both"})
-_MARK = "__motor_patched__"
 
 
 def decide(facts: Facts) -> Decision:
@@ -83,11 +82,7 @@ def apply(module: ModuleType | None, _facts: Facts) -> None:
     required = ("update_state_after_alloc",)
     if cls is None or any(not hasattr(cls, name) for name in required):
         raise PatchTargetError(f"{TARGET} has no MultiConnector.update_state_after_alloc")
-    if getattr(cls.update_state_after_alloc, _MARK, False):
-        return
-    setattr(update_state_after_alloc, _MARK, True)
-    update_state_after_alloc.__qualname__ = "MultiConnector.update_state_after_alloc"
-    cls.update_state_after_alloc = update_state_after_alloc
+    replace_method(cls, "update_state_after_alloc", update_state_after_alloc)
 
 
 PATCH = Patch(

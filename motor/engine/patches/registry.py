@@ -3,6 +3,7 @@
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 from motor.engine.patches.facts import Facts
 
@@ -25,6 +26,18 @@ class Patch:
 
 class PatchTargetError(RuntimeError):
     """The target module does not have the shape the patch expects (a vLLM version it was not written for)."""
+
+
+PATCHED_MARK = "__motor_patched__"
+
+
+def replace_method(cls: type, name: str, replacement: Callable[..., Any]) -> None:
+    """Install `replacement` as `cls.<name>`, once: a method motor already installed there stays."""
+    if getattr(getattr(cls, name), PATCHED_MARK, False):
+        return
+    setattr(replacement, PATCHED_MARK, True)
+    replacement.__qualname__ = f"{cls.__name__}.{name}"
+    setattr(cls, name, replacement)
 
 
 def known_patches() -> list[Patch]:
