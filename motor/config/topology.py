@@ -107,7 +107,7 @@ def build_topology(user: UserConfig, env: EnvConfig, raw_pool_present: bool, war
                 )
             )
 
-    if user.kv_conductor_config is not None and user.kv_conductor_config.http_server_port:
+    if user.kv_conductor_config is not None and user.kv_conductor_config.model_fields_set:
         warnings.append(
             "kv_conductor_config: motor deploys no KV conductor; prefix-aware routing is the coordinator's "
             "scheduler_type prefix_affinity"

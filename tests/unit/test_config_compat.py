@@ -71,6 +71,13 @@ def test_kv_conductor_config_is_validated_and_reported_as_not_deployed():
     }
     topology = load_documents(user, env)
     assert any(w.startswith("kv_conductor_config: motor deploys no KV conductor") for w in topology.warnings)
+    user["kv_conductor_config"] = {"kvevent_instance": {"mooncake_master": {"type": "Mooncake"}}}
+    topology = load_documents(user, env)
+    assert any(
+        w.startswith("kv_conductor_config: motor deploys no KV conductor") for w in topology.warnings
+    ), "a conductor section without a port is not used either"
+    user["kv_conductor_config"] = {}
+    assert not any(w.startswith("kv_conductor_config") for w in load_documents(user, env).warnings)
     user["kv_conductor_config"] = {"http_server_port": "lots"}
     with pytest.raises(ConfigError) as caught:
         load_documents(user, env)
