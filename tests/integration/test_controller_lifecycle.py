@@ -2,7 +2,8 @@
 instance lifecycle under short timeouts, and pushes to a coordinator-side recorder."""
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,14 +72,28 @@ def controller_config(tmp_path: Path, overrides: dict[str, Any] | None = None) -
     return sim_config(tmp_path / "config", pool=False, overrides=overrides or FAST)
 
 
+@contextlib.asynccontextmanager
+async def controller_client(
+    tmp_path: Path,
+    control_plane: ControlPlane,
+    *recorders: RefreshRecorder,
+    overrides: dict[str, Any] | None = None,
+    timeout: float = 5,
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A controller process (the sim example without a pool, `overrides` or FAST) pushing to `recorders` (the
+    test starts them), and a client of its API."""
+    config = controller_config(tmp_path, overrides)
+    control_plane.controller(config, coordinators=",".join(recorder.url for recorder in recorders))
+    async with httpx.AsyncClient(base_url=config.controller_url, timeout=timeout) as client:
+        yield client
+
+
 async def test_every_controller_call_needs_the_token(
     tmp_path: Path, control_plane: ControlPlane, refresh_recorder: Callable[..., RefreshRecorder]
 ) -> None:
     recorder = refresh_recorder()
     await recorder.start()
-    config = controller_config(tmp_path)
-    control_plane.controller(config, coordinators=recorder.url)
-    async with httpx.AsyncClient(base_url=config.controller_url, timeout=5) as client:
+    async with controller_client(tmp_path, control_plane, recorder) as client:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
             response = await client.post("/controller/register", json=registration(), headers=headers)
             assert response.status_code == 401, response.text
@@ -106,9 +121,7 @@ async def test_lifecycle_follows_heartbeats_engine_health_and_timeouts(
 ) -> None:
     recorder = refresh_recorder()
     await recorder.start()
-    config = controller_config(tmp_path)
-    control_plane.controller(config, coordinators=recorder.url)
-    async with httpx.AsyncClient(base_url=config.controller_url, timeout=5) as client:
+    async with controller_client(tmp_path, control_plane, recorder) as client:
         ack = await client.post("/controller/register", json=registration(state="starting"), headers=AUTH)
         assert ack.json()["status"] == "initial"
         assert (await heartbeat(client, "prefill-0", "starting")).json()["status"] == "initial"
@@ -145,9 +158,7 @@ async def test_heartbeats_keep_an_instance_active(
 ) -> None:
     recorder = refresh_recorder()
     await recorder.start()
-    config = controller_config(tmp_path)
-    control_plane.controller(config, coordinators=recorder.url)
-    async with httpx.AsyncClient(base_url=config.controller_url, timeout=5) as client:
+    async with controller_client(tmp_path, control_plane, recorder) as client:
         await client.post("/controller/register", json=registration(state="healthy"), headers=AUTH)
         for _ in range(12):  # 3 s: longer than both timeouts, one beat every 0.25 s
             assert (await heartbeat(client, "prefill-0", "healthy")).json()["status"] == "active"
@@ -162,9 +173,7 @@ async def test_terminate_stops_routing_and_forgets_the_instance(
 ) -> None:
     recorder = refresh_recorder()
     await recorder.start()
-    config = controller_config(tmp_path, overrides={})
-    control_plane.controller(config, coordinators=recorder.url)
-    async with httpx.AsyncClient(base_url=config.controller_url, timeout=15) as client:
+    async with controller_client(tmp_path, control_plane, recorder, timeout=15) as client:
         await client.post("/controller/register", json=registration(state="healthy"), headers=AUTH)
         await recorder.wait_for(lambda r: r.routable() == {"prefill-0"})
         response = await client.post(

@@ -9,8 +9,8 @@ import httpx
 
 from motor.pool.net import free_port_block
 from motor.protocol.controller import ControllerState, bearer
-from tests.fixtures.control import TOKEN, ControlPlane, RefreshRecorder, sim_config
-from tests.integration.test_controller_lifecycle import FAST, heartbeat, registration
+from tests.fixtures.control import TOKEN, ControlPlane, RefreshRecorder
+from tests.integration.test_controller_lifecycle import controller_client, heartbeat, registration
 
 AUTH = bearer(TOKEN)
 
@@ -35,9 +35,7 @@ async def test_failed_pushes_are_retried_until_acknowledged(
             "event_config": {"coordinator_heartbeat_interval": 60},
         }
     }
-    config = sim_config(tmp_path / "config", pool=False, overrides=quiet)
-    control_plane.controller(config, coordinators=f"{flaky.url},{steady.url}")
-    async with httpx.AsyncClient(base_url=config.controller_url, timeout=5) as client:
+    async with controller_client(tmp_path, control_plane, flaky, steady, overrides=quiet) as client:
         for instance_id, port in (("prefill-0", 20001), ("decode-0", 20003)):
             await client.post("/controller/register", json=registration(instance_id, port=port), headers=AUTH)
             await heartbeat(client, instance_id, "healthy")
@@ -63,9 +61,7 @@ async def test_a_coordinator_that_starts_late_gets_the_full_set(
     tmp_path: Path, control_plane: ControlPlane, refresh_recorder: Callable[..., RefreshRecorder]
 ) -> None:
     late = refresh_recorder(port=free_port_block(1))
-    config = sim_config(tmp_path / "config", pool=False, overrides=FAST)
-    control_plane.controller(config, coordinators=late.url)
-    async with httpx.AsyncClient(base_url=config.controller_url, timeout=5) as client:
+    async with controller_client(tmp_path, control_plane, late) as client:  # not started yet
         await client.post("/controller/register", json=registration(state="healthy"), headers=AUTH)
         async with asyncio.timeout(10):
             while not (await links(client)).coordinators[0].last_error:
@@ -86,9 +82,7 @@ async def test_reconciliation_repairs_a_coordinator_that_lost_its_state(
             "event_config": {"coordinator_heartbeat_interval": 0.5},
         }
     }
-    config = sim_config(tmp_path / "config", pool=False, overrides=keep_alive)
-    control_plane.controller(config, coordinators=recorder.url)
-    async with httpx.AsyncClient(base_url=config.controller_url, timeout=5) as client:
+    async with controller_client(tmp_path, control_plane, recorder, overrides=keep_alive) as client:
         await client.post("/controller/register", json=registration(state="healthy"), headers=AUTH)
         await recorder.wait_for(lambda r: r.routable() == {"prefill-0"})
         recorder.view.clear()  # as if the coordinator restarted

@@ -3,7 +3,6 @@ return to 0), no lost request before the first token (retried on another instanc
 after it, and the other leg closed at once when one fails or the client leaves."""
 
 import asyncio
-import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,9 +22,16 @@ from tests.fixtures.coordinator import (
     wait_engine_idle,
 )
 from tests.fixtures.pool import RunningPool
-from tests.fixtures.sim import SimEngine, StartSimEngine, expected_tokens, start_sim_engine
+from tests.fixtures.processes import stopping_factory
+from tests.fixtures.sim import (
+    SimEngine,
+    StartSimEngine,
+    expected_tokens,
+    fresh_prompt,
+    start_ready_together,
+    start_sim_engine,
+)
 
-_words = itertools.count()
 NO_FAULTS = {
     "hang": False,
     "slowdown": 1.0,
@@ -41,14 +47,10 @@ FAST_FAILURE = {
 }
 
 
-def fresh_prompt(words: int = 40) -> str:
-    return " ".join(f"f{next(_words)}q" for _ in range(words))
-
-
 def body(stream: bool = False, max_tokens: int = 8, **extra: Any) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "model": "sim-model",
-        "prompt": fresh_prompt(),
+        "prompt": fresh_prompt(40),
         "max_tokens": max_tokens,
         "seed": 3,
         "temperature": 1.0,
@@ -89,33 +91,17 @@ class Cluster:
 def module_cluster(
     shared_mooncake_master: RunningPool, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
-    logs = tmp_path_factory.mktemp("coordinator-faults")
     store = shared_mooncake_master.store_config
+    prefill = {"kv_role": "kv_producer", "store_config": store}
     decode_args = ["--kv-wait-timeout-s", "10", "--itl-ms", "20", "--overhead-ms", "2"]
-    prefills = [
-        start_sim_engine(
-            logs, kv_role="kv_producer", engine_id=f"prefill-{i}", store_config=store, wait=False
+    decode = {"kv_role": "kv_consumer", "store_config": store, "extra_args": decode_args}
+    with stopping_factory(start_sim_engine, tmp_path_factory.mktemp("coordinator-faults")) as start:
+        engines = start_ready_together(
+            start,
+            *({**prefill, "engine_id": f"prefill-{i}"} for i in range(2)),
+            *({**decode, "engine_id": f"decode-{i}"} for i in range(2)),
         )
-        for i in range(2)
-    ]
-    decodes = [
-        start_sim_engine(
-            logs,
-            kv_role="kv_consumer",
-            engine_id=f"decode-{i}",
-            store_config=store,
-            extra_args=decode_args,
-            wait=False,
-        )
-        for i in range(2)
-    ]
-    try:
-        for engine in [*prefills, *decodes]:
-            engine.wait_ready()
-        yield Cluster(prefills, decodes)
-    finally:
-        for engine in [*prefills, *decodes]:
-            engine.stop()
+        yield Cluster(prefills=engines[:2], decodes=engines[2:])
 
 
 @pytest.fixture
@@ -132,6 +118,15 @@ def start(
     coordinator = coordinators(profile=profile, coordinator_config={**FAST_FAILURE, **config})
     coordinator.register(cluster.instances())
     return coordinator
+
+
+async def wait_prefill_leg_held(cluster: Cluster, attempts: int) -> None:
+    """Poll (every 20 ms) until a prefill engine holds a request waiting: the leg reached a hung engine."""
+    for _ in range(attempts):
+        if sum(engine_metric(p, "vllm:num_requests_waiting") for p in cluster.prefills):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the prefill leg never reached a prefill engine")
 
 
 async def send_all(coordinator: CoordinatorProcess, bodies: list[dict[str, Any]]) -> list[httpx.Response]:
@@ -181,12 +176,7 @@ async def test_decode_removed_during_the_prefill_leg_falls_back_to_aggregated(
     coordinator = start(coordinators, cluster, "prefill_first", timeout_config={"request_timeout": 20})
     async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=60) as http:
         request = asyncio.create_task(http.post("/v1/completions", json=body()))
-        for _ in range(500):  # until the prefill leg is held by a hung engine
-            if sum(engine_metric(p, "vllm:num_requests_waiting") for p in cluster.prefills):
-                break
-            await asyncio.sleep(0.02)
-        else:
-            raise AssertionError("the prefill leg never reached a prefill engine")
+        await wait_prefill_leg_held(cluster, attempts=500)
         coordinator.register([sim_instance(d, "decode") for d in cluster.decodes], event="del")
         for engine in cluster.prefills:
             set_engine_faults(engine, hang=False)
@@ -263,7 +253,7 @@ async def test_decode_cut_after_its_role_chunk_is_retried_without_duplicates(
         coordinator.register([*instances, cut_decode, sim_instance(cluster.decodes[1], "decode")])
         async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=60) as http:
             for _ in range(4):  # round robin: at least two of them go to the cut decode first
-                chat = body(stream=True) | {"messages": [{"role": "user", "content": fresh_prompt()}]}
+                chat = body(stream=True) | {"messages": [{"role": "user", "content": fresh_prompt(40)}]}
                 del chat["prompt"]
                 response = await http.post("/v1/chat/completions", json=chat)
                 assert response.status_code == 200, response.text
@@ -389,12 +379,7 @@ async def test_client_disconnect_during_a_slow_prefill_closes_both_legs(
     coordinator = start(coordinators, cluster, "decode_first", timeout_config={"request_timeout": 20})
     async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:
         request = asyncio.create_task(http.post("/v1/completions", json=body(stream=True)))
-        for _ in range(250):  # until the prefill leg is held by the hung engine
-            if sum(engine_metric(p, "vllm:num_requests_waiting") for p in cluster.prefills):
-                break
-            await asyncio.sleep(0.02)
-        else:
-            raise AssertionError("the prefill leg never reached a prefill engine")
+        await wait_prefill_leg_held(cluster, attempts=250)
         assert sum(engine_metric(d, "vllm:num_requests_waiting") for d in cluster.decodes) == 1
         request.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -2,7 +2,6 @@
 mooncake_master: stream and not, completions and chat; PD tokens equal the aggregated tokens (and the
 simulator's oracle); the client sees one normal OpenAI response with the prefill's cached tokens."""
 
-import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,15 +17,18 @@ from tests.fixtures.coordinator import (
     wait_engine_idle,
 )
 from tests.fixtures.pool import RunningPool
-from tests.fixtures.sim import SimEngine, expected_tokens, start_sim_engine
+from tests.fixtures.processes import stopping_factory
+from tests.fixtures.sim import (
+    SimEngine,
+    expected_tokens,
+    fresh_prompt,
+    openai_body,
+    start_ready_together,
+    start_sim_engine,
+)
 
-_words = itertools.count()
 MAX_TOKENS = 10
 SEED = 5
-
-
-def fresh_prompt(words: int = 45) -> str:
-    return " ".join(f"c{next(_words)}z" for _ in range(words))
 
 
 @dataclass
@@ -40,45 +42,37 @@ class Engines:
 def engines(
     shared_mooncake_master: RunningPool, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Engines]:
-    logs = tmp_path_factory.mktemp("coordinator-profiles")
     store = shared_mooncake_master.store_config
-    started = [
-        start_sim_engine(logs, kv_role="kv_producer", engine_id="prefill-0", store_config=store, wait=False),
-        start_sim_engine(
-            logs,
-            kv_role="kv_consumer",
-            engine_id="decode-0",
-            store_config=store,
-            extra_args=["--kv-wait-timeout-s", "5"],
-            wait=False,
-        ),
-        start_sim_engine(logs, kv_role="kv_both", engine_id="union-0", wait=False),
-    ]
-    try:
-        for engine in started:
-            engine.wait_ready()
-        yield Engines(*started)
-    finally:
-        for engine in started:
-            engine.stop()
+    with stopping_factory(start_sim_engine, tmp_path_factory.mktemp("coordinator-profiles")) as start:
+        yield Engines(
+            *start_ready_together(
+                start,
+                {"kv_role": "kv_producer", "engine_id": "prefill-0", "store_config": store},
+                {
+                    "kv_role": "kv_consumer",
+                    "engine_id": "decode-0",
+                    "store_config": store,
+                    "extra_args": ["--kv-wait-timeout-s", "5"],
+                },
+                {"kv_role": "kv_both", "engine_id": "union-0"},
+            )
+        )
 
 
 def client_body(prompt: str, endpoint: str, stream: bool) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": "sim-model",
-        "max_tokens": MAX_TOKENS,
-        "seed": SEED,
-        "temperature": 1.0,
-        "ignore_eos": True,
-        "return_token_ids": True,
-        "stream": stream,
-    }
+    body = openai_body(
+        endpoint,
+        prompt,
+        model="sim-model",
+        max_tokens=MAX_TOKENS,
+        seed=SEED,
+        temperature=1.0,
+        ignore_eos=True,
+        return_token_ids=True,
+        stream=stream,
+    )
     if stream:
         body["stream_options"] = {"include_usage": True}
-    if endpoint == "completions":
-        body["prompt"] = prompt
-    else:
-        body["messages"] = [{"role": "user", "content": prompt}]
     return body
 
 

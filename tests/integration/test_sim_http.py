@@ -9,7 +9,7 @@ import pytest
 
 from motor.engine.sim.config import OWNED_BY
 from motor.engine.sim.tokenizer import EOS_ID, decode
-from tests.fixtures.sim import SimEngine, StartSimEngine, expected_tokens
+from tests.fixtures.sim import SimEngine, StartSimEngine, expected_tokens, openai_body
 
 PROMPT = (
     "the quick brown fox jumps over the lazy dog and keeps running through the field until the sun goes down"
@@ -55,17 +55,8 @@ def test_models_health_and_simulator_label(engine: SimEngine) -> None:
 
 @pytest.mark.parametrize("endpoint", ["completions", "chat/completions"])
 def test_stream_and_non_stream_agree_with_the_oracle(engine: SimEngine, endpoint: str) -> None:
-    body: dict[str, Any] = {
-        "max_tokens": 12,
-        "seed": 11,
-        "temperature": 0.8,
-        "return_token_ids": True,
-        "ignore_eos": True,
-    }
-    if endpoint == "completions":
-        body["prompt"] = PROMPT
-    else:
-        body["messages"] = [{"role": "system", "content": "be terse"}, {"role": "user", "content": PROMPT}]
+    fields = {"max_tokens": 12, "seed": 11, "temperature": 0.8, "return_token_ids": True, "ignore_eos": True}
+    body = openai_body(endpoint, PROMPT, system="be terse", **fields)
     url = f"{engine.base_url}/v1/{endpoint}"
     whole = httpx.post(url, json=body, headers={"X-Request-Id": "req-1"})
     assert whole.status_code == 200 and whole.headers["x-request-id"] == "req-1"

@@ -3,7 +3,6 @@ dispatch profile of docs/kv_transfer_params.md, and checks D's tokens against th
 """
 
 import asyncio
-import itertools
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -14,15 +13,17 @@ import pytest
 from aiohttp import web
 
 from tests.fixtures.pool import RunningPool
-from tests.fixtures.sim import SimEngine, StartSimEngine, expected_tokens, free_port
+from tests.fixtures.sim import (
+    SimEngine,
+    StartSimEngine,
+    expected_tokens,
+    free_port,
+    fresh_prompt,
+    openai_body,
+    start_ready_together,
+)
 
 KV_WAIT_TIMEOUT_S = 2.0
-_words = itertools.count()
-
-
-def fresh_prompt(words: int = 45) -> str:
-    """A prompt no engine has seen (so no prefix cache or pool hit is left over from another check)."""
-    return " ".join(f"w{next(_words)}x" for _ in range(words))
 
 
 @dataclass
@@ -58,34 +59,24 @@ class Cluster:
 @pytest.fixture
 async def cluster(mooncake_master: RunningPool, sim_engines: StartSimEngine) -> AsyncIterator[Cluster]:
     store = mooncake_master.store_config
-    prefill = sim_engines(kv_role="kv_producer", engine_id="prefill-0", store_config=store, wait=False)
-    decode = sim_engines(
-        kv_role="kv_consumer",
-        engine_id="decode-0",
-        store_config=store,
-        extra_args=["--kv-wait-timeout-s", str(KV_WAIT_TIMEOUT_S)],
-        wait=False,
+    engines = start_ready_together(
+        sim_engines,
+        {"kv_role": "kv_producer", "engine_id": "prefill-0", "store_config": store},
+        {
+            "kv_role": "kv_consumer",
+            "engine_id": "decode-0",
+            "store_config": store,
+            "extra_args": ["--kv-wait-timeout-s", str(KV_WAIT_TIMEOUT_S)],
+        },
+        {"kv_role": "kv_both", "engine_id": "union-0"},
     )
-    aggregated = sim_engines(kv_role="kv_both", engine_id="union-0", wait=False)
-    for engine in (prefill, decode, aggregated):
-        engine.wait_ready()
     async with httpx.AsyncClient(timeout=30) as http:
-        yield Cluster(prefill, decode, aggregated, http)
+        yield Cluster(*engines, http)
 
 
 def client_body(prompt: str, endpoint: str = "completions", **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "max_tokens": 10,
-        "seed": 5,
-        "temperature": 1.0,
-        "ignore_eos": True,
-        "return_token_ids": True,
-    }
-    if endpoint == "completions":
-        body["prompt"] = prompt
-    else:
-        body["messages"] = [{"role": "user", "content": prompt}]
-    return body | extra
+    fields = {"max_tokens": 10, "seed": 5, "temperature": 1.0, "ignore_eos": True, "return_token_ids": True}
+    return openai_body(endpoint, prompt, **fields) | extra
 
 
 def prefill_leg(body: dict[str, Any], kv_transfer_params: dict[str, Any]) -> dict[str, Any]:

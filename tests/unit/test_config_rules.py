@@ -124,12 +124,31 @@ def test_unknown_transfer_connector_names_it_and_the_escape_hatch():
     assert "motor_coordinator_config.scheduler_config.dispatch_profile" in message
 
 
-def test_explicit_dispatch_profile_wins_with_a_warning_when_it_contradicts():
+@pytest.mark.parametrize(
+    ("key", "value", "profile", "warning"),
+    [
+        pytest.param(
+            "dispatch_profile",
+            "prefill_first",
+            DispatchProfile.PREFILL_FIRST,
+            "overrides decode_first",
+            id="explicit-dispatch-profile-wins-when-it-contradicts",
+        ),
+        pytest.param(
+            "deploy_mode",
+            "cpcd_separate",
+            DispatchProfile.DECODE_FIRST,
+            "deploy_mode: 'cpcd_separate' means prefill_first",
+            id="legacy-deploy-mode-mismatch-does-not-decide",
+        ),
+    ],
+)
+def test_scheduler_setting_against_the_connectors_warns(key, value, profile, warning):
     user, env = seed()
-    user["motor_coordinator_config"]["scheduler_config"]["dispatch_profile"] = "prefill_first"
+    user["motor_coordinator_config"]["scheduler_config"][key] = value
     topology = load_documents(user, env)
-    assert topology.profile.profile == DispatchProfile.PREFILL_FIRST
-    assert any("overrides decode_first" in warning for warning in topology.warnings)
+    assert topology.profile.profile == profile
+    assert any(warning in message for message in topology.warnings)
 
 
 def test_explicit_dispatch_profile_allows_unknown_connector():
@@ -170,14 +189,6 @@ def test_union_without_connector_is_aggregated():
     topology = load_documents(*aggregated())
     assert topology.profile.profile == DispatchProfile.AGGREGATED
     assert topology.roles["union"].instances == 2
-
-
-def test_legacy_deploy_mode_mismatch_warns():
-    user, env = seed()
-    user["motor_coordinator_config"]["scheduler_config"]["deploy_mode"] = "cpcd_separate"
-    topology = load_documents(user, env)
-    assert topology.profile.profile == DispatchProfile.DECODE_FIRST
-    assert any("deploy_mode: 'cpcd_separate' means prefill_first" in warning for warning in topology.warnings)
 
 
 def test_pool_backend_without_pool_config_is_an_error():

@@ -10,6 +10,7 @@ from motor.config.topology import RoleSpec
 from motor.engine.launch import (
     BOOTSTRAP_PORT_ENV,
     STORE_CONFIG_ENV,
+    EngineLaunch,
     LaunchError,
     engine_launch,
     option_flags,
@@ -41,6 +42,28 @@ def engine_part(argv: list[str]) -> list[str]:
 def flag_value(argv: list[str], flag: str) -> str:
     assert argv.count(flag) == 1, f"{flag} appears {argv.count(flag)} times in {argv}"
     return argv[argv.index(flag) + 1]
+
+
+def launch_on_localhost(
+    spec: RoleSpec,
+    run_dir: Path,
+    *,
+    instance_id: str = "prefill-0",
+    port: int = 1,
+    status_port: int = 2,
+    store_config: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> EngineLaunch:
+    return engine_launch(
+        spec,
+        instance_id=instance_id,
+        host="127.0.0.1",
+        port=port,
+        status_port=status_port,
+        store_config=store_config,
+        run_dir=run_dir,
+        **kwargs,
+    )
 
 
 def test_flag_rules() -> None:
@@ -90,16 +113,7 @@ def test_vllm_launch_injects_topology(tmp_path: Path) -> None:
         },
         env={"PYTHONHASHSEED": "0"},
     )
-    launch = engine_launch(
-        spec,
-        instance_id="prefill-0",
-        host="127.0.0.1",
-        port=9000,
-        status_port=9001,
-        store_config=None,
-        run_dir=tmp_path,
-        python="/py",
-    )
+    launch = launch_on_localhost(spec, tmp_path, port=9000, status_port=9001, python="/py")
     wrapper = launch.argv[: launch.argv.index("--")]
     assert wrapper[:3] == ["/py", "-m", "motor.engine.server"]
     assert flag_value(wrapper, "--engine-port") == "9000"
@@ -138,14 +152,8 @@ def test_multiconnector_engine_id_is_set_once_on_top() -> None:
 def test_store_config_file_and_env(tmp_path: Path) -> None:
     spec = role_spec({"model": "/m"})
     store = {"master_server_address": "127.0.0.1:50088", "protocol": "tcp", "global_segment_size": 1 << 28}
-    launch = engine_launch(
-        spec,
-        instance_id="decode-0",
-        host="127.0.0.1",
-        port=9002,
-        status_port=9003,
-        store_config=store,
-        run_dir=tmp_path,
+    launch = launch_on_localhost(
+        spec, tmp_path, instance_id="decode-0", port=9002, status_port=9003, store_config=store
     )
     path = launch.env[STORE_CONFIG_ENV]
     assert Path(path).parent == tmp_path
@@ -167,30 +175,20 @@ def test_served_model_name_falls_back_to_model() -> None:
     assert served_model_name(role_spec({"model": "/m", "served-model-name": ["a", "b"]})) == "a"
 
 
-def test_vllm_needs_a_model(tmp_path: Path) -> None:
-    with pytest.raises(LaunchError, match=r"engine_config\.model"):
-        engine_launch(
-            role_spec({"served_model_name": "x"}),
-            instance_id="p",
-            host="127.0.0.1",
-            port=1,
-            status_port=2,
-            store_config=None,
-            run_dir=tmp_path,
-        )
-
-
-def test_sglang_is_not_supported_yet(tmp_path: Path) -> None:
-    with pytest.raises(LaunchError, match="not supported yet"):
-        engine_launch(
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        pytest.param(role_spec({"served_model_name": "x"}), r"engine_config\.model", id="vllm-needs-a-model"),
+        pytest.param(
             role_spec({"model": "/m"}, engine_type="sglang"),
-            instance_id="p",
-            host="127.0.0.1",
-            port=1,
-            status_port=2,
-            store_config=None,
-            run_dir=tmp_path,
-        )
+            "not supported yet",
+            id="sglang-not-supported-yet",
+        ),
+    ],
+)
+def test_unlaunchable_specs_are_errors(spec: RoleSpec, error: str, tmp_path: Path) -> None:
+    with pytest.raises(LaunchError, match=error):
+        launch_on_localhost(spec, tmp_path, instance_id="p")
 
 
 def test_kv_roles_come_from_the_topology(tmp_path: Path) -> None:
@@ -212,15 +210,7 @@ def test_kv_roles_come_from_the_topology(tmp_path: Path) -> None:
         {"version": "2.0.0"},
     )
     for role, kv_role in (("prefill", "kv_producer"), ("decode", "kv_consumer")):
-        launch = engine_launch(
-            topology.roles[role],
-            instance_id=f"{role}-0",
-            host="127.0.0.1",
-            port=1,
-            status_port=2,
-            store_config={},
-            run_dir=tmp_path,
-        )
+        launch = launch_on_localhost(topology.roles[role], tmp_path, instance_id=f"{role}-0", store_config={})
         kv = json.loads(flag_value(engine_part(launch.argv), "--kv-transfer-config"))
         assert kv["kv_role"] == kv_role
         assert [c["kv_role"] for c in kv["kv_connector_extra_config"]["connectors"]] == [kv_role, kv_role]
@@ -240,35 +230,26 @@ def mooncake_multi(role: str, **transfer: Any) -> dict[str, Any]:
     }
 
 
-def launch_for(config: dict[str, Any], tmp_path: Path, names: list[str] | None = None, **kwargs: Any):
-    return engine_launch(
-        role_spec({"model": "/m", "served_model_name": names, "kv_transfer_config": config}),
-        instance_id="prefill-0",
-        host="127.0.0.1",
-        port=1,
-        status_port=2,
-        store_config=None,
-        run_dir=tmp_path,
-        **kwargs,
-    )
+def launch_for(
+    config: dict[str, Any], tmp_path: Path, names: list[str] | None = None, **kwargs: Any
+) -> EngineLaunch:
+    spec = role_spec({"model": "/m", "served_model_name": names, "kv_transfer_config": config})
+    return launch_on_localhost(spec, tmp_path, **kwargs)
 
 
-def test_mooncake_producer_serves_bootstrap_on_kv_port(tmp_path: Path) -> None:
-    launch = launch_for(mooncake_multi("kv_producer", kv_port="18998"), tmp_path)
-    assert launch.bootstrap_port == 18998
-    assert launch.env[BOOTSTRAP_PORT_ENV] == "18998"
-
-
-def test_explicit_bootstrap_port_wins(tmp_path: Path) -> None:
-    launch = launch_for(mooncake_multi("kv_producer", kv_port="18998"), tmp_path, bootstrap_port=20001)
-    assert launch.bootstrap_port == 20001
-    assert launch.env[BOOTSTRAP_PORT_ENV] == "20001"
-
-
-def test_consumer_serves_no_bootstrap(tmp_path: Path) -> None:
-    launch = launch_for(mooncake_multi("kv_consumer", kv_port="18998"), tmp_path, bootstrap_port=20001)
-    assert launch.bootstrap_port is None
-    assert BOOTSTRAP_PORT_ENV not in launch.env
+@pytest.mark.parametrize(
+    ("kv_role", "bootstrap_port", "served"),
+    [
+        pytest.param("kv_producer", None, 18998, id="producer-serves-bootstrap-on-kv-port"),
+        pytest.param("kv_producer", 20001, 20001, id="explicit-bootstrap-port-wins"),
+        pytest.param("kv_consumer", 20001, None, id="consumer-serves-no-bootstrap"),
+    ],
+)
+def test_bootstrap_port(tmp_path: Path, kv_role: str, bootstrap_port: int | None, served: int | None) -> None:
+    launch = launch_for(mooncake_multi(kv_role, kv_port="18998"), tmp_path, bootstrap_port=bootstrap_port)
+    assert launch.bootstrap_port == served
+    # the consumer's environment has no bootstrap variable at all
+    assert launch.env.get(BOOTSTRAP_PORT_ENV) == (None if served is None else str(served))
 
 
 def test_producer_without_bootstrap_port_is_an_error(tmp_path: Path) -> None:
