@@ -60,10 +60,6 @@ class Topology:
     ports: list[PortUse]
     warnings: list[str] = field(default_factory=list)
 
-    @property
-    def pool_enabled(self) -> bool:
-        return self.pool is not None
-
 
 def build_topology(user: UserConfig, env: EnvConfig, raw_pool_present: bool, warnings: list[str]) -> Topology:
     issues: list[ConfigIssue] = []

@@ -7,16 +7,16 @@ import pytest
 from motor.config import load_documents
 from motor.config.models import NodeManagerConfig
 from motor.config.topology import RoleSpec
-from motor.engine.launch import (
-    BOOTSTRAP_PORT_ENV,
-    STORE_CONFIG_ENV,
-    EngineLaunch,
+from motor.deploy.engine_command import (
     LaunchError,
-    engine_launch,
+    engine_spec,
     option_flags,
     served_model_name,
     with_engine_id,
 )
+from motor.protocol.env import STORE_CONFIG_PATH as STORE_CONFIG_ENV
+from motor.protocol.env import VLLM_MOONCAKE_BOOTSTRAP_PORT as BOOTSTRAP_PORT_ENV
+from motor.protocol.specs import EngineSpec
 
 
 def role_spec(
@@ -53,15 +53,15 @@ def launch_on_localhost(
     status_port: int = 2,
     store_config: dict[str, Any] | None = None,
     **kwargs: Any,
-) -> EngineLaunch:
-    return engine_launch(
+) -> EngineSpec:
+    return engine_spec(
         spec,
         instance_id=instance_id,
         host="127.0.0.1",
         port=port,
         status_port=status_port,
         store_config=store_config,
-        run_dir=run_dir,
+        run_dir=str(run_dir),
         **kwargs,
     )
 
@@ -97,7 +97,7 @@ def test_flag_rules() -> None:
 
 
 def test_unsupported_value_type_is_an_error() -> None:
-    with pytest.raises(LaunchError, match="--model"):
+    with pytest.raises(LaunchError, match=r"engine_config\.model: cannot pass a set"):
         option_flags({"model": {1, 2}})
 
 
@@ -232,7 +232,7 @@ def mooncake_multi(role: str, **transfer: Any) -> dict[str, Any]:
 
 def launch_for(
     config: dict[str, Any], tmp_path: Path, names: list[str] | None = None, **kwargs: Any
-) -> EngineLaunch:
+) -> EngineSpec:
     spec = role_spec({"model": "/m", "served_model_name": names, "kv_transfer_config": config})
     return launch_on_localhost(spec, tmp_path, **kwargs)
 

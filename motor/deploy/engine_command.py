@@ -1,4 +1,4 @@
-"""Engine launch: one role's engine section plus what the topology decides → a command line, env and files.
+"""The engine command of an instance: its role's engine section plus what the topology decides → an EngineSpec.
 
 The engine section's `engine_config` holds the engine's own CLI options. They become flags the way vLLM's
 argument parser expects them: keys normalised to dashes, `true` → bare flag, `false` and `null` → omitted,
@@ -8,13 +8,13 @@ lookup socket id (configured + the instance's ordinal, so engines on one host do
 store config (a JSON file named by `MOONCAKE_CONFIG_PATH`).
 
 Every engine runs under `python -m motor.engine.server`, which starts the engine as its child process and
-serves `GET /status` on the status port.
+serves `GET /status` on the status port. Pure: the node manager only runs what this returns.
 """
 
+import copy
 import json
 import sys
-from dataclasses import dataclass
-from pathlib import Path
+from pathlib import PurePosixPath
 from typing import Any
 
 from motor.config.topology import RoleSpec
@@ -22,29 +22,27 @@ from motor.config.transfer import transfer_config_key
 from motor.kv.connectors import serves_bootstrap
 from motor.kv.levels import connector_levels, transfer_kv_port, transfer_level
 from motor.kv.store_ids import with_store_lookup_ids
+from motor.protocol import env as env_names
+from motor.protocol.node_manager import ENGINE_PID_FILE
+from motor.protocol.specs import EngineSpec
 
-STORE_CONFIG_ENV = "MOONCAKE_CONFIG_PATH"
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 SIM_MODULE = "motor.engine.sim"
 SERVER_MODULE = "motor.engine.server"
-# vLLM's MooncakeConnector producer serves a bootstrap endpoint (port from this variable) that decode engines pull KV through.
-BOOTSTRAP_PORT_ENV = "VLLM_MOONCAKE_BOOTSTRAP_PORT"
+ENGINE_LOG_FILE = "engine.log"
 PRODUCER_ROLES = frozenset({"kv_producer", "kv_both"})
 
 
 class LaunchError(ValueError):
-    """The engine section cannot be turned into a command line; the message names the config path."""
+    """The engine section cannot be turned into a command line."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
 
 
-@dataclass(frozen=True)
-class EngineLaunch:
-    argv: list[str]
-    env: dict[str, str]  # set on top of the inherited environment
-    files: dict[str, str]  # path -> content, written before the engine starts
-    bootstrap_port: int | None = None  # where decode engines reach this producer's KV bootstrap (concurrent)
-
-
-def engine_launch(
+def engine_spec(
     spec: RoleSpec,
     *,
     instance_id: str,
@@ -52,12 +50,12 @@ def engine_launch(
     port: int,
     status_port: int,
     store_config: dict[str, Any] | None,
-    run_dir: Path,
+    run_dir: str,
     python: str = sys.executable,
     bootstrap_port: int | None = None,
     store_lookup_ordinal: int = 0,
-) -> EngineLaunch:
-    """The command, environment and files that start instance `instance_id` of `spec.role`.
+) -> EngineSpec:
+    """The command, environment and files that start instance `instance_id` of `spec.role` in `run_dir`.
 
     `bootstrap_port` is for producers whose transfer connector serves a KV bootstrap endpoint (MooncakeConnector);
     without it the transfer connector's `kv_port` is used, which suits one producer per host.
@@ -65,19 +63,20 @@ def engine_launch(
     """
     if spec.engine_type == "sglang":
         raise LaunchError(
-            f"{spec.section_path}.engine_type: 'sglang' is not supported yet by motor's engine launcher; "
-            "use 'vllm' (or 'sim' for the simulator)"
+            f"{spec.section_path}.engine_type",
+            "'sglang' is not supported yet by motor's engine launcher; use 'vllm' (or 'sim' for the simulator)",
         )
     if spec.engine_type not in ("vllm", "sim"):
         raise LaunchError(
-            f"{spec.section_path}.engine_type: unknown engine type {spec.engine_type!r}; use 'vllm' or 'sim'"
+            f"{spec.section_path}.engine_type",
+            f"unknown engine type {spec.engine_type!r}; use 'vllm' or 'sim'",
         )
 
     options = normalised_options(spec.engine_config)
     if spec.engine_type == "vllm" and not options.get("model"):
         raise LaunchError(
-            f"{spec.section_path}.engine_config.model: required for a vLLM engine: a model directory "
-            "(e.g. the one `motor model tiny DIR` writes)"
+            f"{spec.section_path}.engine_config.model",
+            "required for a vLLM engine: a model directory (e.g. the one `motor model tiny DIR` writes)",
         )
     options["host"] = host
     options["port"] = port
@@ -88,25 +87,26 @@ def engine_launch(
             filled = with_store_lookup_ids(with_engine_id(transfer, instance_id), store_lookup_ordinal)
         except ValueError as exc:
             key = transfer_config_key(spec.engine_config)
-            raise LaunchError(f"{spec.section_path}.engine_config.{key}: {exc}") from None
+            raise LaunchError(f"{spec.section_path}.engine_config.{key}", str(exc)) from None
         options["kv-transfer-config"] = filled
 
     env = dict(spec.env)
     files: dict[str, str] = {}
+    directory = PurePosixPath(run_dir)
     if store_config is not None:
-        path = Path(run_dir) / f"{instance_id}.mooncake.json"
+        path = directory / f"{instance_id}.mooncake.json"
         files[str(path)] = json.dumps(store_config, indent=2) + "\n"
-        env[STORE_CONFIG_ENV] = str(path)
+        env[env_names.STORE_CONFIG_PATH] = str(path)
     served_bootstrap = None
     if spec.engine_type == "vllm":
         # Keeps the connectors' transfer engines and side channels on the advertised address.
-        env.setdefault("VLLM_HOST_IP", host)
+        env.setdefault(env_names.VLLM_HOST_IP, host)
         if transfer is not None and needs_bootstrap(transfer):
             served_bootstrap = bootstrap_port or _kv_port(transfer, spec.section_path)
-            env[BOOTSTRAP_PORT_ENV] = str(served_bootstrap)
+            env[env_names.VLLM_MOONCAKE_BOOTSTRAP_PORT] = str(served_bootstrap)
 
     module = VLLM_MODULE if spec.engine_type == "vllm" else SIM_MODULE
-    engine_argv = [python, "-m", module, *option_flags(options)]
+    engine_argv = [python, "-m", module, *option_flags(options, f"{spec.section_path}.engine_config")]
     wrapper = [
         python,
         "-m",
@@ -121,7 +121,17 @@ def engine_launch(
         str(status_port),
         "--",
     ]
-    return EngineLaunch(argv=[*wrapper, *engine_argv], env=env, files=files, bootstrap_port=served_bootstrap)
+    return EngineSpec(
+        engine_type=spec.engine_type,
+        argv=[*wrapper, *engine_argv],
+        env=env,
+        files=files,
+        port=port,
+        status_port=status_port,
+        bootstrap_port=served_bootstrap,
+        log_path=str(directory / ENGINE_LOG_FILE),
+        pid_path=str(directory / ENGINE_PID_FILE),
+    )
 
 
 def normalised_options(engine_config: dict[str, Any]) -> dict[str, Any]:
@@ -133,11 +143,13 @@ def option_name(key: str) -> str:
     return key.strip().lstrip("-").replace("_", "-")
 
 
-def option_flags(options: dict[str, Any]) -> list[str]:
-    """Render options as CLI flags: true → bare flag, false/None/[] → omitted, dict → JSON, list → values."""
+def option_flags(options: dict[str, Any], where: str = "engine_config") -> list[str]:
+    """Render options as CLI flags: true → bare flag, false/None/[] → omitted, dict → JSON, list → values.
+    `where` is the options' config path, for errors."""
     argv: list[str] = []
     for name, value in options.items():
         flag = f"--{option_name(name)}"
+        path = f"{where}.{name}"
         if value is None or value is False:
             continue
         if value is True:
@@ -146,20 +158,20 @@ def option_flags(options: dict[str, Any]) -> list[str]:
             argv += [flag, json.dumps(value, separators=(",", ":"))]
         elif isinstance(value, list | tuple):
             if value:
-                argv += [flag, *(_scalar(item, flag) for item in value)]
+                argv += [flag, *(_scalar(item, path) for item in value)]
         else:
-            argv += [flag, _scalar(value, flag)]
+            argv += [flag, _scalar(value, path)]
     return argv
 
 
-def _scalar(value: Any, flag: str) -> str:
+def _scalar(value: Any, path: str) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float | str):
         return str(value)
     if isinstance(value, dict):
         return json.dumps(value, separators=(",", ":"))
-    raise LaunchError(f"{flag}: cannot pass a {type(value).__name__} on the command line")
+    raise LaunchError(path, f"cannot pass a {type(value).__name__} on the command line")
 
 
 def served_model_name(spec: RoleSpec) -> str:
@@ -173,7 +185,7 @@ def served_model_name(spec: RoleSpec) -> str:
     if options.get("model"):
         return str(options["model"])
     raise LaunchError(
-        f"{spec.section_path}.engine_config.served_model_name: required when engine_config.model is not set"
+        f"{spec.section_path}.engine_config.served_model_name", "required when engine_config.model is not set"
     )
 
 
@@ -196,9 +208,9 @@ def _kv_port(config: dict[str, Any], section_path: str) -> int:
     if port is None:
         suffix, transfer = transfer_level(config)
         raise LaunchError(
-            f"{section_path}.engine_config.kv_transfer_config{suffix}.kv_port: {transfer.get('kv_connector')} "
-            f"on a producer serves a KV bootstrap endpoint and needs a port: set kv_port (1..65535) on the "
-            f"transfer connector (got {transfer.get('kv_port')!r})"
+            f"{section_path}.engine_config.kv_transfer_config{suffix}.kv_port",
+            f"{transfer.get('kv_connector')} on a producer serves a KV bootstrap endpoint and needs a port: set "
+            f"kv_port (1..65535) on the transfer connector (got {transfer.get('kv_port')!r})",
         )
     return port
 
@@ -209,7 +221,7 @@ def with_engine_id(config: dict[str, Any], engine_id: str) -> dict[str, Any]:
     MultiConnector hands the top-level engine_id to every sub-connector, so the transfer connector gets it too;
     an engine_id inside a sub-connector is removed, because vLLM (0.32) fails to start with one.
     """
-    filled = json.loads(json.dumps(config))
+    filled = copy.deepcopy(config)
     filled["engine_id"] = engine_id
     for _, sub in connector_levels(filled)[1:]:
         sub.pop("engine_id", None)
