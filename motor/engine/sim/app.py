@@ -106,7 +106,7 @@ class SimApp:
                 )
             else:
                 await _send_error(
-                    send, SimError(404, f"no route {scope['path']}; see the motor-sim README section")
+                    send, SimError(404, f"no route {scope['path']}; see docs/sim-engine.md")
                 )
         elif scope["type"] == "lifespan":
             await self._lifespan(receive, send)
