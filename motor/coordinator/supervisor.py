@@ -44,7 +44,7 @@ MONITOR_INTERVAL_S = 0.5
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
 # A worker drains its connections for GRACEFUL_SHUTDOWN_SECONDS, then closes its engine sessions.
-STOP_GRACE_S = grace_around(GRACEFUL_SHUTDOWN_SECONDS, margin_s=3.0)
+STOP_GRACE_S = grace_around(GRACEFUL_SHUTDOWN_SECONDS)
 WORKER_RESTARTS = RestartPolicy(
     backoff=Backoff(initial_s=0.0),  # at once: the port and the instance set are ready for it
     stop_grace_s=STOP_GRACE_S,

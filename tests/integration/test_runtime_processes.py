@@ -122,7 +122,9 @@ def test_die_with_parent_takes_the_child_along_even_on_sigkill(tmp_path: Path) -
         )
         with log.open("wb") as output:
             parent = subprocess.Popen(
-                [sys.executable, "-c", parent_code], stdout=output, env={**os.environ, "PYTHONPATH": str(REPO)}
+                [sys.executable, "-c", parent_code],
+                stdout=output,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
             )
         child_pid = int(first_line(log))
         identity = Identity(child_pid, start_ticks(child_pid) or 0)
@@ -137,7 +139,9 @@ def test_die_with_parent_takes_the_child_along_even_on_sigkill(tmp_path: Path) -
     assert stop_groups(survivors, grace_s=5.0) == []
 
 
-def test_identity_tells_our_process_from_one_that_reused_its_pid(tmp_path: Path, started: list[Child]) -> None:
+def test_identity_tells_our_process_from_one_that_reused_its_pid(
+    tmp_path: Path, started: list[Child]
+) -> None:
     log = tmp_path / "group.log"
     child = spawn([sys.executable, "-c", WITH_GRANDCHILD, "polite"], log=LogFile(log))
     started.append(child)
@@ -161,7 +165,8 @@ def test_a_missing_program_raises_and_output_goes_to_the_log(tmp_path: Path) -> 
         spawn([str(tmp_path / "no-such-program")])
 
     log = tmp_path / "out.log"
-    child = spawn([sys.executable, "-c", "import sys; print('to stdout'); sys.exit('to stderr')"], log=LogFile(log))
+    child = spawn(
+        [sys.executable, "-c", "import sys; print('to stdout'); sys.exit('to stderr')"], log=LogFile(log)
+    )
     assert child.popen.wait(timeout=30) == 1
     assert tail(log).splitlines() == ["to stdout", "to stderr"]
-

@@ -69,7 +69,7 @@ def test_no_wait_may_end_past_max_elapsed() -> None:
     ids=str,
 )
 def test_nonsense_policies_are_refused(fields: dict[str, float]) -> None:
-    with pytest.raises(ValueError, match="need|fraction"):
+    with pytest.raises(ValueError, match=r"need|fraction"):
         Backoff(**fields)  # type: ignore[arg-type]
 
 
