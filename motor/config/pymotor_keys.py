@@ -5,7 +5,7 @@ does not interpret the key but hands it on where pyMotor does. `warned`: motor d
 removes it (with everything below it) and warns once, naming the path and what motor does instead.
 
 The loader consults this table, so a key pyMotor knows is never reported as unknown, and docs/pymotor-compat.md
-is generated from it (`python -m motor.config.pymotor_keys > docs/pymotor-compat.md`).
+is generated from it (`python -m motor.config.compat_doc docs/pymotor-compat.md`).
 """
 
 from dataclasses import dataclass
@@ -612,3 +612,4 @@ def markdown_table() -> str:
     for row in PYMOTOR_KEYS:
         lines.append(f"| `{row.path}` | {row.status.value} | {row.note.replace('|', '/')} |")
     return "\n".join(lines) + "\n"
+
