@@ -612,4 +612,3 @@ def markdown_table() -> str:
     for row in PYMOTOR_KEYS:
         lines.append(f"| `{row.path}` | {row.status.value} | {row.note.replace('|', '/')} |")
     return "\n".join(lines) + "\n"
-
