@@ -81,25 +81,33 @@ def kv_bootstrap_base(spec: "RoleSpec") -> int | None:
     return transfer_kv_port(config)
 
 
+def coordinator_port_uses(user: UserConfig) -> list[PortUse]:
+    coordinator = user.motor_coordinator_config.api_config
+    return [
+        PortUse(
+            "coordinator (OpenAI API)",
+            "motor_coordinator_config.api_config.coordinator_api_infer_port",
+            coordinator.coordinator_api_infer_port,
+        ),
+        PortUse(
+            "coordinator (management)",
+            "motor_coordinator_config.api_config.coordinator_api_mgmt_port",
+            coordinator.coordinator_api_mgmt_port,
+        ),
+    ]
+
+
+def collisions(uses: list[PortUse]) -> list[tuple[PortUse, PortUse]]:
+    """(use, the earlier use of the same port) for every port used more than once."""
+    seen: dict[int, PortUse] = {}
+    return [(use, seen[use.port]) for use in uses if seen.setdefault(use.port, use) is not use]
+
+
 def pod_port_uses(
     user: UserConfig, roles: "dict[Role, RoleSpec]", pool: KvCachePoolConfig | None
 ) -> dict[str, list[PortUse]]:
     """The ports each pod of a multi-pod deployment listens on, by pod (one entry per engine role)."""
-    coordinator = user.motor_coordinator_config.api_config
-    pods = {
-        "coordinator": [
-            PortUse(
-                "coordinator (OpenAI API)",
-                "motor_coordinator_config.api_config.coordinator_api_infer_port",
-                coordinator.coordinator_api_infer_port,
-            ),
-            PortUse(
-                "coordinator (management)",
-                "motor_coordinator_config.api_config.coordinator_api_mgmt_port",
-                coordinator.coordinator_api_mgmt_port,
-            ),
-        ]
-    }
+    pods = {"coordinator": coordinator_port_uses(user)}
     if pool is not None:
         pods["KV pool master"] = [
             PortUse("KV pool master", "kv_cache_pool_config.port", pool.port),
@@ -131,18 +139,8 @@ def pod_port_uses(
 def local_port_uses(
     user: UserConfig, roles: "dict[Role, RoleSpec]", pool: KvCachePoolConfig | None
 ) -> list[PortUse]:
-    coordinator = user.motor_coordinator_config.api_config
     uses = [
-        PortUse(
-            "coordinator (OpenAI API)",
-            "motor_coordinator_config.api_config.coordinator_api_infer_port",
-            coordinator.coordinator_api_infer_port,
-        ),
-        PortUse(
-            "coordinator (management)",
-            "motor_coordinator_config.api_config.coordinator_api_mgmt_port",
-            coordinator.coordinator_api_mgmt_port,
-        ),
+        *coordinator_port_uses(user),
         PortUse(
             "controller",
             "motor_controller_config.api_config.controller_api_port",

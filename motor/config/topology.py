@@ -18,7 +18,14 @@ from motor.config.models import (
     NodeManagerConfig,
     UserConfig,
 )
-from motor.config.ports import SHARED_HOST_MODES, PortUse, instance_ports, local_port_uses, pod_port_uses
+from motor.config.ports import (
+    SHARED_HOST_MODES,
+    PortUse,
+    collisions,
+    instance_ports,
+    local_port_uses,
+    pod_port_uses,
+)
 from motor.config.transfer import (
     apply_role,
     check_engine_compatibility,
@@ -493,17 +500,14 @@ def _one_host_problems(
                     "process group, so this needs 1 (or a multi-pod Kubernetes deploy_mode)",
                 )
             )
-    seen: dict[int, PortUse] = {}
-    for use in local_port_uses(user, roles, pool):
-        other = seen.setdefault(use.port, use)
-        if other is not use:
-            problems.append(
-                ConfigIssue(
-                    use.path,
-                    f"port {use.port} for {use.component} is already used by {other.component} ({other.path}); "
-                    "on one host every component needs its own port",
-                )
-            )
+    problems += [
+        ConfigIssue(
+            use.path,
+            f"port {use.port} for {use.component} is already used by {other.component} ({other.path}); "
+            "on one host every component needs its own port",
+        )
+        for use, other in collisions(local_port_uses(user, roles, pool))
+    ]
     return problems
 
 
@@ -540,20 +544,15 @@ def _pod_port_problems(
     user: UserConfig, roles: dict[Role, RoleSpec], pool: KvCachePoolConfig | None
 ) -> list[ConfigIssue]:
     """Within one pod every container port (and so every Service port) must differ."""
-    problems = []
-    for pod, uses in pod_port_uses(user, roles, pool).items():
-        seen: dict[int, PortUse] = {}
-        for use in uses:
-            other = seen.setdefault(use.port, use)
-            if other is not use:
-                problems.append(
-                    ConfigIssue(
-                        use.path,
-                        f"port {use.port} for {use.component} is already used by {other.component} "
-                        f"({other.path}) in the same {pod} pod; every container and Service port there must differ",
-                    )
-                )
-    return problems
+    return [
+        ConfigIssue(
+            use.path,
+            f"port {use.port} for {use.component} is already used by {other.component} ({other.path}) in the "
+            f"same {pod} pod; every container and Service port there must differ",
+        )
+        for pod, uses in pod_port_uses(user, roles, pool).items()
+        for use, other in collisions(uses)
+    ]
 
 
 def _check_store_lookup_ids(
