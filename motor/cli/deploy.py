@@ -1,11 +1,14 @@
 """`motor deploy`, `motor status`, `motor stop`: plan the config, then run it locally or on Kubernetes.
 
-deploy_mode local goes to the local process supervisor (motor.deploy.local); multi_deployment and
-single_container go to the Kubernetes backend. `--dry-run` only writes or prints the Kubernetes manifests of
-any config and touches nothing.
+deploy_mode local goes to the local process supervisor (motor.deploy.local); multi_deployment,
+infer_service_set and single_container go to the Kubernetes backend. Without deploy_mode (pyMotor's default is
+a Kubernetes deployment) motor deploys locally only when the topology fits this host and otherwise says how to
+deploy it on Kubernetes. `--dry-run` only writes or prints the Kubernetes manifests of any config and touches
+nothing.
 """
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -19,7 +22,8 @@ from motor.cli.config_args import (
     load_topology,
     report_problems,
 )
-from motor.config import ConfigError, Topology
+from motor.config import ConfigError, Topology, load_documents
+from motor.config.models import KUBERNETES_MODES
 from motor.deploy import local
 from motor.deploy.plan import Plan, Target, build_plan
 from motor.protocol import env
@@ -55,6 +59,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     deploy.add_argument(
         "--create-namespace", action="store_true", help="create the job's namespace (= job_id)"
+    )
+    deploy.add_argument(
+        "--default-deploy-mode",
+        choices=["local", *KUBERNETES_MODES],
+        help="deploy_mode for a config that sets none (default: local when the topology fits this host, "
+        "else stop and say how to deploy on Kubernetes)",
     )
     _add_cluster_arguments(deploy)
     deploy.set_defaults(handler=run_deploy)
@@ -105,6 +115,11 @@ def run_deploy(args: argparse.Namespace) -> int:
     from motor.deploy.k8s.manifests import ConfigTexts
 
     texts = ConfigTexts(user_path.read_text(encoding="utf-8"), env_path.read_text(encoding="utf-8"))
+    if topology.user.motor_deploy_config.deploy_mode is None:
+        chosen = _choose_target(topology, texts, args)
+        if isinstance(chosen, int):
+            return chosen
+        topology = chosen
     if args.dry_run:
         return _dry_run(topology, texts, args)
     if topology.user.motor_deploy_config.deploy_mode == "local":
@@ -117,6 +132,41 @@ def run_deploy(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         return _deploy_local(topology, _run_root(args))
     return _deploy_kubernetes(topology, texts, args)
+
+
+def _choose_target(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace) -> Topology | int:
+    """No deploy_mode: --default-deploy-mode if given, the manifests for a dry run, this host when the topology
+    fits it, else the way to Kubernetes. Returns the topology to deploy or an exit code."""
+    local_fit, kubernetes = topology.fit("local"), topology.fit("kubernetes")
+    if args.default_deploy_mode is not None:
+        return _with_deploy_mode(texts, args.default_deploy_mode)
+    if args.dry_run:
+        if kubernetes.fits:
+            return topology
+        print(f"motor: cannot render Kubernetes objects: {kubernetes.describe()}", file=sys.stderr)
+        return EXIT_USAGE
+    if local_fit.fits and not (args.update_config or args.update_instance_num):
+        print("deploy_mode not set and the topology fits this host: deploying locally", file=sys.stderr)
+        return _with_deploy_mode(texts, "local")
+    print(
+        f"motor: deploy_mode is not set and the topology does not fit this host ({local_fit.describe()}).\n"
+        "  To deploy it on Kubernetes, set motor_deploy_config.deploy_mode to multi_deployment (or "
+        "infer_service_set, or single_container when every instance has one pod), then run `motor deploy` "
+        "again; `motor deploy --dry-run --output DIR` writes the manifests to review first."
+        + ("" if kubernetes.fits else f"\n  Kubernetes needs first: {kubernetes.describe()}"),
+        file=sys.stderr,
+    )
+    return EXIT_USAGE
+
+
+def _with_deploy_mode(texts: "ConfigTexts", deploy_mode: str) -> Topology | int:
+    document = json.loads(texts.user)
+    document.setdefault("motor_deploy_config", {})["deploy_mode"] = deploy_mode
+    try:
+        return load_documents(document, json.loads(texts.env))
+    except ConfigError as exc:
+        print(f"motor: with deploy_mode {deploy_mode} the config is invalid:\n{exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def _dry_run(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace) -> int:

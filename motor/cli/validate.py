@@ -28,7 +28,10 @@ def run(args: argparse.Namespace) -> int:
 
 def summary(topology: Topology) -> str:
     deploy = topology.user.motor_deploy_config
-    lines = [f"valid: job {deploy.job_id}, deploy_mode {deploy.deploy_mode}, hardware {deploy.hardware_type}"]
+    mode = deploy.deploy_mode or "not set (pyMotor's default: infer_service_set, a Kubernetes deployment)"
+    lines = [f"valid: job {deploy.job_id}, deploy_mode {mode}, hardware {deploy.hardware_type}"]
+    if deploy.deploy_mode is None:
+        lines.append("targets: " + "; ".join(fit.describe() for fit in topology.targets))
     for spec in topology.roles.values():
         lines.append(
             f"  {spec.role}: {spec.instances} instance(s) x {spec.pods_per_instance} pod(s), "

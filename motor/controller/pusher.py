@@ -20,12 +20,13 @@ from motor.controller.registry import Change
 from motor.protocol import env as env_names
 from motor.protocol.controller import CoordinatorLinkView, bearer
 from motor.protocol.instances import Instance, InstanceEvent, RefreshResult
+from motor.runtime.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
 PUSH_TIMEOUT_S = 2.0
-RETRY_FIRST_S = 0.2
-RETRY_MAX_S = 2.0
+# A link retries until its push is acknowledged: it never gives up.
+PUSH_RETRY = Backoff(initial_s=0.2, factor=2.0, cap_s=2.0)
 
 
 def event_for(change: Change) -> InstanceEvent | None:
@@ -74,7 +75,7 @@ class CoordinatorLink:
         )
 
     async def run(self) -> None:
-        delay = RETRY_FIRST_S
+        failures = 0
         while True:
             if not self._needs_set and not self._events:
                 self._wake.clear()
@@ -89,11 +90,11 @@ class CoordinatorLink:
                     self._needs_set = False
                 else:
                     self._events.popleft()
-                delay = RETRY_FIRST_S
+                failures = 0
             else:
                 self._needs_set = True
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
+                await asyncio.sleep(PUSH_RETRY.delay(failures))
+                failures += 1
 
     async def _push(self, event: InstanceEvent) -> bool:
         try:

@@ -28,6 +28,12 @@ from motor.protocol.specs import EngineSpec
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 SIM_MODULE = "motor.engine.sim"
+SGLANG_MODULE = "sglang.launch_server"
+ENGINE_MODULES = {"vllm": VLLM_MODULE, "sim": SIM_MODULE, "sglang": SGLANG_MODULE}
+# The option naming the model weights: vLLM and the simulator take `--model`, SGLang `--model-path`.
+MODEL_OPTIONS = {"vllm": "model", "sim": "model", "sglang": "model-path"}
+SGLANG_DEFAULT_BOOTSTRAP_PORT = 8998
+SGLANG_HOST_IP = "SGLANG_HOST_IP"
 SERVER_MODULE = "motor.engine.server"
 ENGINE_LOG_FILE = "engine.log"
 PRODUCER_ROLES = frozenset({"kv_producer", "kv_both"})
@@ -57,30 +63,33 @@ def engine_spec(
 ) -> EngineSpec:
     """The command, environment and files that start instance `instance_id` of `spec.role` in `run_dir`.
 
-    `bootstrap_port` is for producers whose transfer connector serves a KV bootstrap endpoint (MooncakeConnector);
-    without it the transfer connector's `kv_port` is used, which suits one producer per host.
-    `store_lookup_ordinal` (the instance's position on a shared host) is added to store connectors' lookup id.
+    `bootstrap_port` is for producers that serve a KV bootstrap endpoint (vLLM's MooncakeConnector, SGLang's
+    prefill); without it the configured port is used (the transfer connector's `kv_port`, SGLang's
+    `disaggregation-bootstrap-port`), which suits one producer per host. `store_lookup_ordinal` (the instance's
+    position on a shared host) is added to store connectors' lookup id.
     """
-    if spec.engine_type == "sglang":
+    module = ENGINE_MODULES.get(spec.engine_type)
+    if module is None:
         raise LaunchError(
             f"{spec.section_path}.engine_type",
-            "'sglang' is not supported yet by motor's engine launcher; use 'vllm' (or 'sim' for the simulator)",
+            f"unknown engine type {spec.engine_type!r}; use one of {', '.join(ENGINE_MODULES)}",
         )
-    if spec.engine_type not in ("vllm", "sim"):
-        raise LaunchError(
-            f"{spec.section_path}.engine_type",
-            f"unknown engine type {spec.engine_type!r}; use 'vllm' or 'sim'",
-        )
-
     options = normalised_options(spec.engine_config)
-    if spec.engine_type == "vllm" and not options.get("model"):
+    model_option = MODEL_OPTIONS[spec.engine_type]
+    if spec.engine_type != "sim" and not options.get(model_option):
         raise LaunchError(
-            f"{spec.section_path}.engine_config.model",
-            "required for a vLLM engine: a model directory (e.g. the one `motor model tiny DIR` writes)",
+            f"{spec.section_path}.engine_config.{model_option}",
+            f"required for a {spec.engine_type} engine: a model directory (e.g. the one `motor model tiny DIR` "
+            "writes)",
         )
     options["host"] = host
     options["port"] = port
     options["served-model-name"] = options.get("served-model-name") or served_model_name(spec)
+    if spec.engine_type == "sglang":
+        return _sglang_spec(
+            spec, options, host=host, port=port, status_port=status_port, run_dir=run_dir, python=python,
+            bootstrap_port=bootstrap_port,
+        )  # fmt: skip
     transfer = transfer_config(spec.engine_config)
     if transfer is not None:
         try:
@@ -105,8 +114,58 @@ def engine_spec(
             served_bootstrap = bootstrap_port or _kv_port(transfer, spec.section_path)
             env[env_names.VLLM_MOONCAKE_BOOTSTRAP_PORT] = str(served_bootstrap)
 
-    module = VLLM_MODULE if spec.engine_type == "vllm" else SIM_MODULE
     engine_argv = [python, "-m", module, *option_flags(options, f"{spec.section_path}.engine_config")]
+    return _wrapped(spec, engine_argv, env, files, host, port, status_port, run_dir, python, served_bootstrap)
+
+
+def _sglang_spec(
+    spec: RoleSpec,
+    options: dict[str, Any],
+    *,
+    host: str,
+    port: int,
+    status_port: int,
+    run_dir: str,
+    python: str,
+    bootstrap_port: int | None,
+) -> EngineSpec:
+    """SGLang pairs P and D through the prefill's bootstrap server (host, port, room in each request): the
+    prefill serves it on `disaggregation-bootstrap-port`, and the role picks the disaggregation mode."""
+    key = transfer_config_key(spec.engine_config)
+    if key is not None:
+        raise LaunchError(
+            f"{spec.section_path}.engine_config.{key}",
+            "SGLang takes no kv_transfer_config (a vLLM option); its P/D transfer is set with the "
+            "disaggregation-* options (e.g. disaggregation-transfer-backend)",
+        )
+    env = dict(spec.env)
+    env.setdefault(SGLANG_HOST_IP, host)
+    served_bootstrap = None
+    if spec.role == "union":
+        options.pop("disaggregation-mode", None)
+    else:
+        options["disaggregation-mode"] = spec.role
+    if spec.role == "prefill":
+        configured = options.get("disaggregation-bootstrap-port", SGLANG_DEFAULT_BOOTSTRAP_PORT)
+        served_bootstrap = bootstrap_port or int(configured)
+        options["disaggregation-bootstrap-port"] = served_bootstrap
+    engine_argv = [python, "-m", SGLANG_MODULE, *option_flags(options, f"{spec.section_path}.engine_config")]
+    return _wrapped(spec, engine_argv, env, {}, host, port, status_port, run_dir, python, served_bootstrap)
+
+
+def _wrapped(
+    spec: RoleSpec,
+    engine_argv: list[str],
+    env: dict[str, str],
+    files: dict[str, str],
+    host: str,
+    port: int,
+    status_port: int,
+    run_dir: str,
+    python: str,
+    bootstrap_port: int | None,
+) -> EngineSpec:
+    """The engine command under `python -m motor.engine.server`, which serves its status port."""
     wrapper = [
         python,
         "-m",
@@ -121,6 +180,7 @@ def engine_spec(
         str(status_port),
         "--",
     ]
+    directory = PurePosixPath(run_dir)
     return EngineSpec(
         engine_type=spec.engine_type,
         argv=[*wrapper, *engine_argv],
@@ -128,7 +188,7 @@ def engine_spec(
         files=files,
         port=port,
         status_port=status_port,
-        bootstrap_port=served_bootstrap,
+        bootstrap_port=bootstrap_port,
         log_path=str(directory / ENGINE_LOG_FILE),
         pid_path=str(directory / ENGINE_PID_FILE),
     )
@@ -182,8 +242,9 @@ def served_model_name(spec: RoleSpec) -> str:
         name = name[0] if name else None
     if name:
         return str(name)
-    if options.get("model"):
-        return str(options["model"])
+    model = options.get(MODEL_OPTIONS.get(spec.engine_type, "model"))
+    if model:
+        return str(model)
     raise LaunchError(
         f"{spec.section_path}.engine_config.served_model_name", "required when engine_config.model is not set"
     )

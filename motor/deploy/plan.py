@@ -342,7 +342,7 @@ def build_plan(
     return Plan(
         job_id=deploy.job_id,
         target=target,
-        deploy_mode=deploy.deploy_mode,
+        deploy_mode="local" if deploy.deploy_mode == "local" else deploy.kubernetes_layout,
         config_dir=config_dir,
         run_dir=run_dir,
         components=tuple(components),

@@ -24,6 +24,8 @@ class ConnectorCapability:
     serves_bootstrap: bool = False
     # Extra-config key naming the store connector's host-local lookup socket (an IPC path id, not a TCP port).
     lookup_id_key: str | None = None
+    # A pool backend that stores into the Mooncake pool motor deploys (needs kv_cache_pool_config).
+    needs_pool_master: bool = False
 
 
 MULTI_CONNECTOR = "MultiConnector"
@@ -79,6 +81,7 @@ _CAPABILITIES = [
         True,
         "KV pool backend: decode reads the prefill's KV from the pool",
         lookup_id_key="lookup_rpc_port",
+        needs_pool_master=True,
     ),
     ConnectorCapability(
         "MooncakeStoreConnector",
@@ -86,6 +89,7 @@ _CAPABILITIES = [
         True,
         "KV pool backend: decode reads the prefill's KV from the pool",
         lookup_id_key="lookup_rpc_port",
+        needs_pool_master=True,
     ),
     ConnectorCapability(
         "MooncakeConnectorStoreV1",
@@ -93,12 +97,20 @@ _CAPABILITIES = [
         True,
         "KV pool backend: decode reads the prefill's KV from the pool",
         lookup_id_key="mooncake_rpc_port",
+        needs_pool_master=True,
     ),
     ConnectorCapability(
         "LMCacheConnectorV1",
         DispatchProfile.PREFILL_FIRST,
         True,
         "KV pool backend: decode reads the prefill's KV from the pool",
+        needs_pool_master=True,
+    ),
+    ConnectorCapability(
+        "UCMConnector",
+        DispatchProfile.PREFILL_FIRST,
+        True,
+        "prefix store (UCM) of its own, usually on the prefill side only; the transfer connector moves KV to decode",
     ),
 ]
 
@@ -112,6 +124,11 @@ def lookup(name: str) -> ConnectorCapability | None:
 def is_pool_backend(name: str) -> bool:
     capability = REGISTRY.get(name)
     return capability is not None and capability.pool_backend
+
+
+def needs_pool_master(name: str) -> bool:
+    capability = REGISTRY.get(name)
+    return capability is not None and capability.needs_pool_master
 
 
 def serves_bootstrap(name: str) -> bool:

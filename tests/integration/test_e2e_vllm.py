@@ -337,7 +337,7 @@ def test_repeated_prefix_on_the_other_prefill_instance_is_a_pool_hit(
 
     if stalls and (first_prefill == repeat_prefill or len(first_prefill) != 1 or len(repeat_prefill) != 1):
         # Known, not fixed: vLLM 0.32's CPU PD path (MooncakeConnector + MooncakeStoreConnector) sometimes leaves
-        # a prefill unanswered; the coordinator then retries on the other instance (README, Real engine).
+        # a prefill unanswered; the coordinator then retries on the other instance (docs/design/vllm-cpu-pd-stall.md).
         pytest.xfail(f"a prefill engine stalled and the coordinator retried a leg elsewhere: {stalls}")
     assert len(first_prefill) == 1 and len(repeat_prefill) == 1, (first_prefill, repeat_prefill)
     assert first_prefill != repeat_prefill, (

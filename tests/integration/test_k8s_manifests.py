@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from motor.cli.main import main
-from motor.config import load_config, load_documents
+from motor.config import ConfigError, load_config, load_documents
 from motor.deploy.k8s.manifests import ConfigTexts, build_manifests
 from motor.deploy.k8s.yaml_io import dump_all
 from motor.deploy.plan import build_plan
@@ -286,7 +286,7 @@ def test_union_instances_get_one_deployment_each() -> None:
 
 
 def test_single_container_refuses_several_pods_per_instance() -> None:
-    with pytest.raises(ValueError, match="cannot share one container"):
+    with pytest.raises(ConfigError, match="single_p_instance_pod_num: prefill instances need 2 pods"):
         manifests_for(sim_user_config("single_container", pods=2))
 
 

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from motor.deploy.local import status_local, stop_local
-from motor.deploy.local.processes import start_ticks
 from motor.pool.metrics import scrape_pool
 from motor.pool.net import free_port_block
+from motor.runtime.processes import start_ticks
 from tests.fixtures.control import LocalRun
 
 PROMPT = " ".join(f"word{i}" for i in range(200))

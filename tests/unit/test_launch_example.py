@@ -1,4 +1,4 @@
-"""examples/local: validates, and turns into the engine command lines the README promises."""
+"""examples/local: validates, and turns into the engine command lines docs/real-engine.md promises."""
 
 import json
 from pathlib import Path

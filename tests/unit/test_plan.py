@@ -34,6 +34,7 @@ def sim_topology(deploy_mode: str = "local", pool: bool = True, **deploy: object
             "deploy_mode": deploy_mode,
             "hardware_type": "cpu",
             "job_id": "simjob",
+            "image_name": "motor:test",
             **deploy,
         },
         "motor_engine_prefill_config": engine,

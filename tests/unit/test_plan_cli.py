@@ -87,7 +87,7 @@ def test_an_engine_section_that_cannot_be_launched_is_reported_by_path(
     err = capsys.readouterr().err
     assert "2 problem(s)" in err
     for section in ("motor_engine_prefill_config", "motor_engine_decode_config"):
-        assert f"{section}.engine_config.model: required for a vLLM engine" in err
+        assert f"{section}.engine_config.model: required for a vllm engine" in err
     assert local_calls == []
 
 

@@ -49,7 +49,7 @@ def test_a_spec_of_another_component_is_refused_with_the_fix(tmp_path: Path) -> 
 
 
 def test_a_missing_spec_names_the_file(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match="cannot read spec .*missing.spec.json"):
+    with pytest.raises(SpecError, match=r"cannot read spec .*missing\.spec\.json"):
         load_spec(tmp_path / "missing.spec.json", ControllerSpec)
 
 

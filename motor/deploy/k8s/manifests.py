@@ -16,6 +16,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from motor.config.hardware import accelerator_resource
 from motor.config.topology import Topology
 from motor.deploy.k8s.labels import (
     COMPONENT_LABEL,
@@ -36,11 +37,8 @@ from motor.protocol import env as env_names
 
 Manifest = dict[str, Any]
 
-ACCELERATOR_RESOURCE = {
-    "800I_A2": "huawei.com/Ascend910",
-    "800I_A3": "huawei.com/Ascend910",
-    "nvidia-gpu": "nvidia.com/gpu",
-}
+# The image of a local config previewed as Kubernetes objects; Kubernetes deploy modes must name theirs.
+PREVIEW_IMAGE = "motor:latest"
 # Where Prometheus finds /metrics: the coordinator serves it on its management port, mooncake_master on its own.
 METRICS_PORT = {"coordinator": "mgmt", "kv_pool": "metrics"}
 SERVICE_COMPONENTS = ("controller", "coordinator", "kv_pool")
@@ -103,6 +101,7 @@ class ManifestContext:
         self.namespace_name = plan.job_id
         self.config_hash = hashlib.sha256(f"{texts.user}\0{texts.env}".encode()).hexdigest()
         self.token_from_secret = env_names.CONTROLLER_TOKEN not in topology.env.motor_common_env
+        self.image = self.deploy.image_name or PREVIEW_IMAGE
 
     # ---- metadata -------------------------------------------------------------------------------------------
 
@@ -196,7 +195,7 @@ class ManifestContext:
         labels = self.component_labels(component)
         container: Manifest = {
             "name": component.kind.replace("_", "-"),
-            "image": self.deploy.image_name,
+            "image": self.image,
             "imagePullPolicy": "IfNotPresent",
             "command": list(component.argv),
             "env": self.env(
@@ -313,7 +312,7 @@ class ManifestContext:
         }
 
     def accelerator_resources(self, count: int) -> Manifest | None:
-        resource = ACCELERATOR_RESOURCE.get(self.deploy.hardware_type)
+        resource = accelerator_resource(self.deploy.hardware_type)
         if resource is None or count <= 0:
             return None
         return {"requests": {resource: count}, "limits": {resource: count}}

@@ -21,16 +21,10 @@ NAME = "single-container"
 
 def single_container_objects(context: "ManifestContext") -> list[dict[str, Any]]:
     plan = context.plan
-    for component in plan.node_managers:
-        if component.replicas != 1:
-            raise ValueError(
-                f"{component.name}: {component.replicas} pods per instance cannot share one container; "
-                "set the single_*_instance_pod_num to 1 or use deploy_mode multi_deployment"
-            )
     shared = shared_env(plan.components)
     container: dict[str, Any] = {
         "name": "motor",
-        "image": context.deploy.image_name,
+        "image": context.image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["/bin/sh", "-c", supervisor_script(plan.components, shared)],
         "env": context.env(shared, with_token=True),

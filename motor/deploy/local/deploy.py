@@ -8,6 +8,7 @@ then for the coordinator to be ready with every instance active. Any failure sto
 
 import dataclasses
 import json
+import os
 import secrets
 import sys
 import time
@@ -18,7 +19,7 @@ from typing import TextIO
 from pydantic import ValidationError
 
 from motor.config import Topology
-from motor.deploy.local.processes import Identity, http_status, log_tail, port_in_use, spawn
+from motor.deploy.local.probes import http_status, port_in_use
 from motor.deploy.local.state import (
     LOG_DIR,
     ProcessRecord,
@@ -33,6 +34,8 @@ from motor.deploy.plan import LOCAL_HOST, Component, Plan
 from motor.protocol import env as env_names
 from motor.protocol.controller import ControllerState, bearer
 from motor.protocol.specs import NodeManagerSpec
+from motor.runtime.logs import LogFile, tail
+from motor.runtime.processes import Identity, spawn
 
 STARTUP_TIMEOUT_S = 60.0
 READY_TIMEOUT_S = 600.0
@@ -75,7 +78,7 @@ def deploy_local(
         if isinstance(exc, DeployFailed):
             print(f"motor deploy: {exc}", file=sys.stderr)
             if exc.log is not None:
-                print(f"--- last lines of {exc.log} ---\n{log_tail(exc.log)}\n---", file=sys.stderr)
+                print(f"--- last lines of {exc.log} ---\n{tail(exc.log)}\n---", file=sys.stderr)
         print("stopping what was started", file=out)
         stop_recorded(state, out)
         remove_state(run_dir)
@@ -183,14 +186,14 @@ def _start(component: Component, state: RunState) -> ProcessRecord:
     run_dir.mkdir(parents=True, exist_ok=True)
     log_path = Path(state.run_dir) / LOG_DIR / f"{component.name}.log"
     try:
-        process, ticks = spawn(list(component.argv), env, log_path, cwd=run_dir)
+        process = spawn(component.argv, env={**os.environ, **env}, cwd=run_dir, log=LogFile(log_path))
     except OSError as exc:
         raise DeployFailed(f"cannot start {component.name} ({component.argv[0]}): {exc}") from exc
     record = ProcessRecord(
         name=component.name,
         kind=component.kind,
         pid=process.pid,
-        start_ticks=ticks,
+        start_ticks=process.identity.start_ticks,
         argv=list(component.argv),
         ports=dict(component.ports),
         log=str(log_path),
@@ -244,7 +247,7 @@ def _wait_ready(plan: Plan, state: RunState, out: TextIO, began: float, timeout:
         if time.monotonic() > deadline:
             waiting = sorted(n for n in expected if not instances.get(n, "").startswith("active"))
             engine_logs = [Path(state.run_dir) / name / "engine.log" for name in waiting]
-            tails = "\n".join(f"--- {log} ---\n{log_tail(log, 15)}" for log in engine_logs)
+            tails = "\n".join(f"--- {log} ---\n{tail(log, 15)}" for log in engine_logs)
             raise DeployFailed(
                 f"not ready within {timeout:.0f} s ({summary}); engine logs of the instances not active:\n{tails}"
             )

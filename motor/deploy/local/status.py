@@ -9,10 +9,11 @@ from typing import TextIO
 
 from pydantic import ValidationError
 
-from motor.deploy.local.processes import Identity, http_status
+from motor.deploy.local.probes import http_status
 from motor.deploy.local.state import RunState, deployed_jobs, job_dir, read_state
 from motor.pool.metrics import MetricsUnavailable, scrape_pool
 from motor.protocol.controller import ControllerState, bearer
+from motor.runtime.processes import Identity
 
 
 def status_local(run_root: Path, job_id: str | None, *, out: TextIO | None = None) -> int:

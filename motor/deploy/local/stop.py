@@ -6,15 +6,15 @@ from typing import TextIO
 
 from pydantic import ValidationError
 
-from motor.deploy.local.processes import STOP_GRACE_S, Identity, stop_groups
 from motor.deploy.local.state import RunState, deployed_jobs, job_dir, read_state, remove_state
 from motor.protocol.node_manager import ENGINE_PID_FILE, EngineProcessRecord
+from motor.runtime.processes import DEPLOY_GRACE_S, Identity, stop_groups
 
 # Stopped in this order: node managers first (each stops its engine), the control plane, the pool last.
 STOP_ORDER = ("node_manager", "coordinator", "controller", "kv_pool")
 
 
-def stop_recorded(state: RunState, out: TextIO, grace: float = STOP_GRACE_S) -> list[int]:
+def stop_recorded(state: RunState, out: TextIO, grace: float = DEPLOY_GRACE_S) -> list[int]:
     """Stop every process recorded in `state`, kind by kind; returns pids that survived (none, normally)."""
     survivors: list[int] = []
     for kind in STOP_ORDER:

@@ -105,9 +105,7 @@ class SimApp:
                     send, SimError(405, f"method {scope['method']} not allowed on {scope['path']}")
                 )
             else:
-                await _send_error(
-                    send, SimError(404, f"no route {scope['path']}; see the motor-sim README section")
-                )
+                await _send_error(send, SimError(404, f"no route {scope['path']}; see docs/sim-engine.md"))
         elif scope["type"] == "lifespan":
             await self._lifespan(receive, send)
 
