@@ -105,3 +105,26 @@ def test_update_flags_are_for_kubernetes_only(
     assert main(["deploy", "--config-dir", str(config_dir), "--update-config"]) == 2
     assert "act on Kubernetes deployments" in capsys.readouterr().err
     assert local_calls == []
+
+
+def test_validate_explain_prints_every_compiled_spec(
+    config_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MOTOR_RUN_ROOT", str(tmp_path / "runs"))
+    assert main(["validate", "--config-dir", str(config_dir), "--explain"]) == 0
+    out = capsys.readouterr().out
+    for name in ("controller", "coordinator", "prefill-0", "decode-0"):
+        assert f"--- {name} (" in out
+        assert f"{tmp_path / 'runs' / 'demo' / 'config' / name}.spec.json" in out
+    assert '"kind": "node_manager"' in out and '"env": "MOTOR_CONTROLLER_TOKEN"' in out
+
+
+def test_validate_reports_what_the_plan_cannot_compile(
+    config_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    user = json.loads((config_dir / "user_config.json").read_text())
+    user["motor_engine_prefill_config"] = {**SIM_ENGINE, "engine_type": "vllm"}
+    user["motor_engine_decode_config"] = {**SIM_ENGINE, "engine_type": "vllm"}
+    (config_dir / "user_config.json").write_text(json.dumps(user))
+    assert main(["validate", "--config-dir", str(config_dir)]) == 2
+    assert "motor_engine_decode_config.engine_config.model: required" in capsys.readouterr().err
