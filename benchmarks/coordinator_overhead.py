@@ -36,7 +36,9 @@ from pathlib import Path
 
 import uvloop
 
+from motor.config import load_documents
 from motor.coordinator.upstream import UpstreamConnection, UpstreamPool
+from motor.deploy.plan import build_plan
 from motor.pool.net import free_local_ports
 
 MODEL = "sim-model"
@@ -137,18 +139,11 @@ def start_coordinator(work: Path) -> tuple[Process, int]:
             "timeout_config": {"read_timeout": 60},
         },
     }
-    (work / "user_config.json").write_text(json.dumps(user))
-    (work / "env.json").write_text(json.dumps({"version": "2.0.0"}))
-    args = [
-        sys.executable,
-        "-m",
-        "motor.coordinator",
-        "--user-config",
-        str(work / "user_config.json"),
-        "--env-config",
-        str(work / "env.json"),
-    ]
-    process = spawn("coordinator", args, infer_port, work, {"MOTOR_ADVERTISE_HOST": "127.0.0.1"})
+    plan = build_plan(load_documents(user, {"version": "2.0.0"}), config_dir=str(work))
+    spec_path = work / "coordinator.spec.json"
+    spec_path.write_text(plan.files[spec_path.name])
+    args = [sys.executable, "-m", "motor.coordinator", "--spec", str(spec_path)]
+    process = spawn("coordinator", args, infer_port, work)
     wait_http(process, f"http://127.0.0.1:{mgmt_port}/startup")
     return process, mgmt_port
 

@@ -8,19 +8,25 @@ nothing.
 """
 
 import argparse
-import importlib
 import json
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING
 
-from motor.cli.config_args import EXIT_USAGE, add_config_arguments, config_paths, load_topology
+from motor.cli.config_args import (
+    EXIT_USAGE,
+    add_config_arguments,
+    config_paths,
+    load_topology,
+    report_problems,
+)
 from motor.config import ConfigError, Topology, load_documents
 from motor.config.models import KUBERNETES_MODES
-from motor.deploy.plan import build_plan
+from motor.deploy import local
+from motor.deploy.plan import Plan, Target, build_plan
+from motor.protocol import env
 
 # The Kubernetes modules need the `k8s` extra (pyyaml, kubernetes): imported only when used.
 if TYPE_CHECKING:
@@ -28,7 +34,6 @@ if TYPE_CHECKING:
     from motor.deploy.k8s.manifests import ConfigTexts
 
 EXIT_FAILED = 1
-RUN_ROOT_ENV = "MOTOR_RUN_ROOT"
 DEFAULT_RUN_ROOT = ".motor"
 
 
@@ -90,7 +95,7 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--run-root",
         type=Path,
-        help=f"local mode: where run directories live (default ${RUN_ROOT_ENV} or ./{DEFAULT_RUN_ROOT})",
+        help=f"local mode: where run directories live (default ${env.RUN_ROOT} or ./{DEFAULT_RUN_ROOT})",
     )
 
 
@@ -132,7 +137,7 @@ def run_deploy(args: argparse.Namespace) -> int:
 def _choose_target(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace) -> Topology | int:
     """No deploy_mode: --default-deploy-mode if given, the manifests for a dry run, this host when the topology
     fits it, else the way to Kubernetes. Returns the topology to deploy or an exit code."""
-    local, kubernetes = topology.fit("local"), topology.fit("kubernetes")
+    local_fit, kubernetes = topology.fit("local"), topology.fit("kubernetes")
     if args.default_deploy_mode is not None:
         return _with_deploy_mode(texts, args.default_deploy_mode)
     if args.dry_run:
@@ -140,11 +145,11 @@ def _choose_target(topology: Topology, texts: "ConfigTexts", args: argparse.Name
             return topology
         print(f"motor: cannot render Kubernetes objects: {kubernetes.describe()}", file=sys.stderr)
         return EXIT_USAGE
-    if local.fits and not (args.update_config or args.update_instance_num):
+    if local_fit.fits and not (args.update_config or args.update_instance_num):
         print("deploy_mode not set and the topology fits this host: deploying locally", file=sys.stderr)
         return _with_deploy_mode(texts, "local")
     print(
-        f"motor: deploy_mode is not set and the topology does not fit this host ({local.describe()}).\n"
+        f"motor: deploy_mode is not set and the topology does not fit this host ({local_fit.describe()}).\n"
         "  To deploy it on Kubernetes, set motor_deploy_config.deploy_mode to multi_deployment (or "
         "infer_service_set, or single_container when every instance has one pod), then run `motor deploy` "
         "again; `motor deploy --dry-run --output DIR` writes the manifests to review first."
@@ -168,7 +173,9 @@ def _dry_run(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace)
     from motor.deploy.k8s.manifests import build_manifests
     from motor.deploy.k8s.yaml_io import dump_all, write_manifests
 
-    plan = build_plan(topology, target="kubernetes")
+    plan = _plan(topology, "kubernetes")
+    if isinstance(plan, int):
+        return plan
     try:
         files = build_manifests(plan, topology, texts, create_namespace=args.create_namespace)
     except ValueError as exc:
@@ -188,7 +195,10 @@ def _dry_run(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace)
 def _deploy_kubernetes(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace) -> int:
     from motor.deploy.k8s import backend
 
-    job = backend.Job(build_plan(topology, target="kubernetes"), topology, texts, args.create_namespace)
+    plan = _plan(topology, "kubernetes")
+    if isinstance(plan, int):
+        return plan
+    job = backend.Job(plan, topology, texts, args.create_namespace)
     if args.update_config:
         operation: Callable[..., int] = backend.update_config
     elif args.update_instance_num:
@@ -204,26 +214,36 @@ def _deploy_kubernetes(topology: Topology, texts: "ConfigTexts", args: argparse.
 
 
 def _deploy_local(topology: Topology, run_root: Path) -> int:
-    deploy_local = _local_backend("deploy_local")
-    if deploy_local is None:
-        return EXIT_FAILED
     job_dir = run_root / topology.user.motor_deploy_config.job_id
-    plan = build_plan(topology, target="local", config_dir=str(job_dir / "config"), run_dir=str(job_dir))
-    return int(deploy_local(plan, topology, run_root))
+    # Engines start in their own run directories: model paths relative to here must not stay relative.
+    topology = local.with_local_model_paths(topology, Path.cwd())
+    plan = _plan(topology, "local", config_dir=str(job_dir / "config"), run_dir=str(job_dir))
+    if isinstance(plan, int):
+        return plan
+    return local.deploy_local(plan, topology, run_root)
+
+
+def _plan(topology: Topology, target: Target, **where: str) -> Plan | int:
+    try:
+        return build_plan(topology, target=target, **where)
+    except ConfigError as exc:
+        return report_problems(exc, f"the {target} plan of job {topology.user.motor_deploy_config.job_id}")
 
 
 # ---- status / stop ----------------------------------------------------------------------------------------
 
 
 def run_status(args: argparse.Namespace) -> int:
-    return _job_command(args, "status_local", "status")
+    return _job_command(args, local.status_local, "status")
 
 
 def run_stop(args: argparse.Namespace) -> int:
-    return _job_command(args, "stop_local", "delete")
+    return _job_command(args, local.stop_local, "delete")
 
 
-def _job_command(args: argparse.Namespace, local_name: str, kubernetes_name: str) -> int:
+def _job_command(
+    args: argparse.Namespace, local_command: Callable[[Path, str | None], int], kubernetes_name: str
+) -> int:
     job_id = args.job_id
     if job_id is None and (args.config_dir or args.user_config or args.env_config):
         topology = load_topology(args)
@@ -231,10 +251,7 @@ def _job_command(args: argparse.Namespace, local_name: str, kubernetes_name: str
             return topology
         job_id = topology.user.motor_deploy_config.job_id
     if not args.k8s:
-        local = _local_backend(local_name)
-        if local is None:
-            return EXIT_FAILED
-        return int(local(_run_root(args), job_id))
+        return local_command(_run_root(args), job_id)
     if job_id is None:
         print("motor: --k8s needs the job: give --job-id or the config (--config-dir)", file=sys.stderr)
         return EXIT_USAGE
@@ -252,25 +269,8 @@ def _job_command(args: argparse.Namespace, local_name: str, kubernetes_name: str
 
 
 def _run_root(args: argparse.Namespace) -> Path:
-    root = args.run_root or Path(os.environ.get(RUN_ROOT_ENV) or DEFAULT_RUN_ROOT)
+    root = args.run_root or Path(os.environ.get(env.RUN_ROOT) or DEFAULT_RUN_ROOT)
     return root.resolve()
-
-
-def _local_backend(function: str) -> Callable[..., int] | None:
-    """`function` of motor.deploy.local, which another part of motor provides; None (and a message) if absent."""
-    try:
-        local: ModuleType | None = importlib.import_module("motor.deploy.local")
-    except ModuleNotFoundError as exc:
-        if exc.name != "motor.deploy.local":
-            raise
-        local = None
-    found = getattr(local, function, None)
-    if found is None:
-        print(
-            f"motor: local backend not available yet (motor.deploy.local.{function} is missing)",
-            file=sys.stderr,
-        )
-    return found
 
 
 def _with_client(args: argparse.Namespace, operation: "Callable[[KubeClient], int]") -> int:

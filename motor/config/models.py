@@ -44,8 +44,11 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+
+
 class LoggingConfig(Section):
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_level: LogLevel = "INFO"
 
 
 # ---- motor_deploy_config ---------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ configured id + k (see `motor.kv.store_ids`).
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from motor.config.compat import engine_option
 from motor.config.models import UserConfig
 from motor.config.transfer import transfer_config_key
 from motor.kv.connectors import serves_bootstrap
@@ -70,8 +71,20 @@ def instance_ports(roles: "dict[Role, RoleSpec]") -> list[InstancePorts]:
 PRODUCER_ROLES = ("prefill", "union")
 
 
+SGLANG_DEFAULT_BOOTSTRAP_PORT = 8998
+
+
 def kv_bootstrap_base(spec: "RoleSpec") -> int | None:
-    """The kv_port of a producer's transfer connector when that connector serves a KV bootstrap endpoint."""
+    """Where a producer serves its KV bootstrap endpoint: SGLang's prefill on `disaggregation_bootstrap_port`
+    (8998), a vLLM producer on its transfer connector's kv_port when that connector serves one."""
+    if spec.engine_type == "sglang":
+        if spec.role != "prefill":
+            return None
+        configured = engine_option(spec.engine_config, "disaggregation_bootstrap_port")
+        try:
+            return SGLANG_DEFAULT_BOOTSTRAP_PORT if configured is None else int(configured)
+        except (TypeError, ValueError):
+            return None
     key = transfer_config_key(spec.engine_config)
     config = spec.engine_config.get(key) if key else None
     if spec.role not in PRODUCER_ROLES or not isinstance(config, dict):

@@ -96,10 +96,6 @@ class Topology:
     warnings: list[str] = field(default_factory=list)
     targets: tuple[TargetFit, ...] = ()
 
-    @property
-    def pool_enabled(self) -> bool:
-        return self.pool is not None
-
     def fit(self, target: Target) -> TargetFit:
         return next(fit for fit in self.targets if fit.target == target)
 

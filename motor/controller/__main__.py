@@ -1,4 +1,4 @@
-"""`python -m motor.controller --user-config U --env-config E`."""
+"""`python -m motor.controller --spec FILE` (the ControllerSpec the deployment plan wrote)."""
 
 import argparse
 import asyncio
@@ -10,11 +10,11 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from motor.config import ConfigError, load_config
 from motor.controller.app import build_app
 from motor.controller.persistence import EtcdUnavailable
 from motor.controller.service import Controller
 from motor.controller.settings import ControllerSettings, SettingsError, controller_settings
+from motor.protocol.specs import ControllerSpec, SpecError, load_spec
 
 log = logging.getLogger("motor.controller")
 
@@ -53,12 +53,11 @@ async def serve(settings: ControllerSettings) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m motor.controller", description=__doc__)
-    parser.add_argument("--user-config", required=True, type=Path)
-    parser.add_argument("--env-config", required=True, type=Path)
+    parser.add_argument("--spec", required=True, type=Path, help="the controller's spec file")
     args = parser.parse_args(argv)
     try:
-        settings = controller_settings(load_config(args.user_config, args.env_config))
-    except (ConfigError, SettingsError) as exc:
+        settings = controller_settings(load_spec(args.spec, ControllerSpec))
+    except (SpecError, SettingsError) as exc:
         print(f"motor controller: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(

@@ -17,7 +17,7 @@ import aiohttp
 from pydantic import ValidationError
 
 from motor.controller.registry import Change
-from motor.controller.settings import TOKEN_VAR
+from motor.protocol import env as env_names
 from motor.protocol.controller import CoordinatorLinkView, bearer
 from motor.protocol.instances import Instance, InstanceEvent, RefreshResult
 from motor.runtime.backoff import Backoff
@@ -133,7 +133,7 @@ class EventPusher:
         token: str | None = None,
     ) -> None:
         """`token`: the shared controller token (default: MOTOR_CONTROLLER_TOKEN from the environment)."""
-        token = token if token is not None else os.environ.get(TOKEN_VAR, "")
+        token = token if token is not None else os.environ.get(env_names.CONTROLLER_TOKEN, "")
         headers = bearer(token) if token else {}
         self.links = [CoordinatorLink(url, snapshot, session, headers) for url in urls]
 

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 class LocalControl:
     """Management of a single-process coordinator: events go straight to the process's registry."""
 
-    def __init__(self, core: Core, required_roles: list[str], prometheus: CollectorRegistry) -> None:
+    def __init__(self, core: Core, required_roles: tuple[str, ...], prometheus: CollectorRegistry) -> None:
         self.core = core
         self.registry: InstanceRegistry = core.registry
         self.profile = core.profile.value
@@ -49,14 +49,12 @@ class LocalControl:
         return generate_latest(self._prometheus)
 
 
-async def run_single_process(
-    settings: CoordinatorSettings, required_roles: list[str], stop: asyncio.Event
-) -> None:
+async def run_single_process(settings: CoordinatorSettings, stop: asyncio.Event) -> None:
     config = settings.config
     prometheus = CollectorRegistry()
     core = Core(settings, CoordinatorMetrics(prometheus))
     prometheus.register(InstanceCollector(lambda: core.registry.role_states().items()))
-    control = LocalControl(core, required_roles, prometheus)
+    control = LocalControl(core, settings.required_roles, prometheus)
     infer_socket = listen_socket(settings.bind_host, settings.infer_port)
     mgmt_socket = listen_socket(settings.bind_host, settings.mgmt_port)
     callback_socket = listen_socket(settings.bind_host, 0)

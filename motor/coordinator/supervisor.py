@@ -83,18 +83,14 @@ class Supervisor:
     def __init__(
         self,
         settings: CoordinatorSettings,
-        required_roles: list[str],
-        user_config: Path,
-        env_config: Path,
         run_dir: Path,
     ) -> None:
         self.settings = settings
         self.profile = settings.profile.value
-        self.required_roles = required_roles
+        self.required_roles = settings.required_roles
         self.tracks_load = False
         self.registry = InstanceRegistry()
-        self._user_config = user_config
-        self._env_config = env_config
+        self._spec_path = settings.spec_path
         self._prometheus_dir = run_dir / f"coordinator-{settings.mgmt_port}-metrics"
         shutil.rmtree(self._prometheus_dir, ignore_errors=True)
         self._prometheus_dir.mkdir(parents=True)
@@ -190,10 +186,8 @@ class Supervisor:
                     sys.executable,
                     "-m",
                     "motor.coordinator.worker",
-                    "--user-config",
-                    str(self._user_config),
-                    "--env-config",
-                    str(self._env_config),
+                    "--spec",
+                    str(self._spec_path),
                     "--index",
                     str(worker.index),
                     "--control-fd",
@@ -247,10 +241,7 @@ class Supervisor:
 
 async def run_supervisor(
     settings: CoordinatorSettings,
-    required_roles: list[str],
     stop: asyncio.Event,
-    user_config: Path,
-    env_config: Path,
 ) -> None:
     config = settings.config
     run_dir = (
@@ -261,7 +252,7 @@ async def run_supervisor(
     # restarts; only the workers' listening sockets receive connections.
     port_guard = listen_socket(settings.bind_host, settings.infer_port, reuse_port=True)
     mgmt_socket = listen_socket(settings.bind_host, settings.mgmt_port)
-    supervisor = Supervisor(settings, required_roles, user_config, env_config, run_dir)
+    supervisor = Supervisor(settings, run_dir)
     await supervisor.start_workers()
     mgmt = make_server(
         ManagementApp(

@@ -1,6 +1,6 @@
 """One inference worker process of a multi-worker coordinator (started by `motor.coordinator.supervisor`).
 
-`python -m motor.coordinator.worker --user-config U --env-config E --index I --control-fd FD --state PATH`
+`python -m motor.coordinator.worker --spec FILE --index I --control-fd FD --state PATH`
 serves the OpenAI API on the shared inference port (SO_REUSEPORT) and decode callbacks on its own port, and
 takes its instance set from the supervisor over the control channel.
 """
@@ -17,7 +17,6 @@ from pathlib import Path
 import uvloop
 from prometheus_client import CollectorRegistry
 
-from motor.config import load_config
 from motor.coordinator.app_callback import CallbackApp
 from motor.coordinator.app_infer import InferenceApp
 from motor.coordinator.core import Core
@@ -26,6 +25,7 @@ from motor.coordinator.metrics import CoordinatorMetrics
 from motor.coordinator.server import listen_socket, make_server, serve
 from motor.coordinator.settings import CoordinatorSettings
 from motor.protocol.instances import InstanceEvent
+from motor.protocol.specs import CoordinatorSpec, load_spec
 from motor.protocol.workers import TO_WORKER, InstanceSetAck, ToWorker, WorkerReady
 from motor.runtime.channel import Channel, open_channel
 
@@ -88,13 +88,12 @@ async def run_worker(settings: CoordinatorSettings, index: int, control_fd: int,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m motor.coordinator.worker", description=__doc__)
-    parser.add_argument("--user-config", required=True, type=Path)
-    parser.add_argument("--env-config", required=True, type=Path)
+    parser.add_argument("--spec", required=True, type=Path)
     parser.add_argument("--index", required=True, type=int)
     parser.add_argument("--control-fd", required=True, type=int)
     parser.add_argument("--state", required=True, type=Path)
     args = parser.parse_args(argv)
-    settings = CoordinatorSettings.from_topology(load_config(args.user_config, args.env_config))
+    settings = CoordinatorSettings.from_spec(load_spec(args.spec, CoordinatorSpec), args.spec)
     logging.basicConfig(
         level=settings.config.logging_config.log_level,
         format=f"%(asctime)s %(levelname)s %(name)s[worker {args.index}]: %(message)s",

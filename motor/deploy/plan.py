@@ -1,47 +1,63 @@
-"""The deployment plan: a validated Topology turned into the components to run (pure data, no I/O).
+"""The deployment plan: a validated Topology compiled into the components to run (pure data, no I/O).
 
 `build_plan(topology, target=..., config_dir=..., run_dir=...)` returns a `Plan` that both backends consume:
 
 - `Plan.components`, in start order: the KV pool master (`kind="kv_pool"`, only when `topology.pool` is set),
   the controller, the coordinator, then one node manager per engine instance (`kind="node_manager"`, named
   like "prefill-0", with `role` and `index`).
-- Each `Component` carries `argv` (the entry point from the shared contracts; config files are read from
-  `Plan.config_dir`), `env` (env.json sections plus the MOTOR_* address variables), named `ports`,
-  `replicas` (pods per instance; 1 for control components), `accelerators` (per pod) and `probes`
-  (port + HTTP path, served by the component itself).
-- `Plan.files` are generated files (name -> text) the backend must write into `config_dir` before starting
-  anything, e.g. the engines' Mooncake store config pointed to by MOONCAKE_CONFIG_PATH. The backend also
-  places user_config.json and env.json there (`Plan.user_config_path`, `Plan.env_config_path`).
+- Each motor component carries its compiled spec (`motor.protocol.specs`: ports, URLs, the resolved dispatch
+  profile, the engine command, the store config, credentials by reference) and `argv` =
+  `python -m motor.<component> --spec <config_dir>/<name>.spec.json`; the pool master's `argv` is the
+  `mooncake_master` command. `env` holds the env.json sections plus MOTOR_ADVERTISE_HOST and MOTOR_RUN_DIR;
+  `ports` are named, `replicas` is pods per instance (1 for control components), `accelerators` per pod,
+  `probes` (port + HTTP path, served by the component itself).
+- `Plan.files` (name -> text) are what the backend writes into `config_dir` before starting anything: the spec
+  of every motor component. The backend also places the user's user_config.json and env.json there
+  (`Plan.user_config_path`, `Plan.env_config_path`) as the baseline of later updates; no component reads them.
 
 Targets:
 - "local": every component on 127.0.0.1 with the ports of motor/config/ports.py (node manager k listens on
   node_manager_port + k); argv[0] is `python` (default: this interpreter) or the `mooncake_master` next to it.
 - "kubernetes": components reach each other through Services (`<name>.<job_id>.svc.cluster.local`) and
-  advertise their pod IP. Env values and argv may contain "$(POD_IP)" (`POD_IP_REF`), which Kubernetes
-  expands from the POD_IP variable the backend sets from the downward API (status.podIP). With
-  deploy_mode single_container everything shares one pod: components reach each other at $(POD_IP) and node
-  managers use the shifted local ports.
+  advertise their pod IP: argv and env may contain "$(POD_IP)" (`POD_IP_REF`), which Kubernetes expands from
+  the POD_IP variable the backend sets from the downward API, and specs say `HOST_PLACEHOLDER`, which a
+  component replaces with MOTOR_ADVERTISE_HOST when it loads its spec. With deploy_mode single_container
+  everything shares one pod: components reach each other at the pod IP and node managers use the shifted
+  local ports.
 """
 
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Literal
 
+from motor.config.errors import ConfigError, ConfigIssue
 from motor.config.ports import instance_ports
-from motor.config.topology import Role, Topology
+from motor.config.topology import Role, RoleSpec, Topology
+from motor.deploy.engine_command import LaunchError, engine_spec, served_model_name
+from motor.kv.connectors import DispatchProfile
 from motor.kv.pool import engine_store_config, master_args
+from motor.protocol import env as env_names
+from motor.protocol.specs import (
+    HOST_PLACEHOLDER,
+    ComponentSpec,
+    ControllerSpec,
+    CoordinatorSpec,
+    NodeManagerSpec,
+    SecretRef,
+    dump_spec,
+    spec_file_name,
+)
 
 Target = Literal["local", "kubernetes"]
 ComponentKind = Literal["kv_pool", "controller", "coordinator", "node_manager"]
 ProbeKind = Literal["startup", "readiness", "liveness"]
 
-POD_IP_REF = "$(POD_IP)"
+POD_IP_REF = f"$({env_names.POD_IP})"
 LOCAL_HOST = "127.0.0.1"
+ALL_INTERFACES = "0.0.0.0"
 USER_CONFIG_FILE = "user_config.json"
 ENV_CONFIG_FILE = "env.json"
-STORE_CONFIG_FILE = "mooncake_store.json"
 KUBERNETES_CONFIG_DIR = "/etc/motor"
 KUBERNETES_RUN_DIR = "/var/run/motor"
 
@@ -68,6 +84,7 @@ class Component:
     env: dict[str, str]
     ports: dict[str, int]
     probes: tuple[Probe, ...]
+    spec: ComponentSpec | None = None  # None for the pool master, which is not a motor process
     replicas: int = 1
     accelerators: int = 0
     role: Role | None = None
@@ -128,7 +145,8 @@ def build_plan(
     run_dir: str | None = None,
     python: str | None = None,
 ) -> Plan:
-    """Turn a validated topology into components.
+    """Compile a validated topology into components; raise ConfigError when an engine section cannot be
+    turned into a command line.
 
     target defaults to "local" for deploy_mode local and "kubernetes" otherwise (pass "kubernetes" to preview
     a local config as Kubernetes objects). config_dir is where the components read user_config.json, env.json
@@ -148,35 +166,43 @@ def build_plan(
         KUBERNETES_RUN_DIR if target == "kubernetes" else str(PurePosixPath(config_dir).parent)
     )
     python = python or (sys.executable if target == "local" else "python3")
-    shared_pod = target == "local" or deploy.deploy_mode == "single_container"
-    layout = _Layout(target, deploy.job_id, shared_pod)
-    config_args = (
-        "--user-config",
-        str(PurePosixPath(config_dir) / USER_CONFIG_FILE),
-        "--env-config",
-        str(PurePosixPath(config_dir) / ENV_CONFIG_FILE),
+    layout = _Layout(target, deploy.job_id, target == "local" or deploy.deploy_mode == "single_container")
+    token = SecretRef(env=env_names.CONTROLLER_TOKEN)
+    common = dict(topology.env.motor_common_env)
+    files: dict[str, str] = {}
+    components: list[Component] = []
+
+    def motor_component(component: Component) -> Component:
+        assert component.spec is not None
+        name = spec_file_name(component.name)
+        files[name] = dump_spec(component.spec)
+        argv = (python, "-m", f"motor.{component.kind}", "--spec", str(PurePosixPath(config_dir) / name))
+        return Component(**{**component.__dict__, "argv": argv})
+
+    def component_run_dir(name: str) -> str:
+        return str(PurePosixPath(run_dir) / name)
+
+    def base_spec(name: str, log_level: str) -> dict[str, object]:
+        return {
+            "name": name,
+            "job_id": deploy.job_id,
+            "log_level": log_level,
+            "advertise_host": layout.spec_host,
+            "bind_host": layout.spec_host,
+            "run_dir": component_run_dir(name),
+        }
+
+    controller_api = user.motor_controller_config.api_config
+    coordinator_api = user.motor_coordinator_config.api_config
+    controller_url = f"http://{layout.spec_url_host(CONTROLLER)}:{controller_api.controller_api_port}"
+    coordinator_mgmt_url = (
+        f"http://{layout.spec_url_host(COORDINATOR)}:{coordinator_api.coordinator_api_mgmt_port}"
     )
 
-    controller_port = user.motor_controller_config.api_config.controller_api_port
-    coordinator_api = user.motor_coordinator_config.api_config
-    controller_url = f"http://{layout.host(CONTROLLER)}:{controller_port}"
-    coordinator_mgmt_url = f"http://{layout.host(COORDINATOR)}:{coordinator_api.coordinator_api_mgmt_port}"
-    common = dict(topology.env.motor_common_env)
-    addresses = {
-        "MOTOR_ADVERTISE_HOST": layout.advertise_host,
-        "MOTOR_CONTROLLER_URL": controller_url,
-        "MOTOR_COORDINATOR_MGMT_URL": coordinator_mgmt_url,
-    }
-
-    components: list[Component] = []
-    files: dict[str, str] = {}
     pool = topology.pool
+    store_config = None
     if pool is not None:
-        pool_host = layout.host(KV_POOL)
-        addresses["MOTOR_POOL_MASTER"] = f"{pool_host}:{pool.port}"
-        files[STORE_CONFIG_FILE] = (
-            json.dumps(engine_store_config(pool, master_host=pool_host), indent=2) + "\n"
-        )
+        store_config = engine_store_config(pool, master_host=layout.spec_url_host(KV_POOL))
         master = (
             str(PurePosixPath(python).parent / "mooncake_master") if target == "local" else "mooncake_master"
         )
@@ -185,75 +211,133 @@ def build_plan(
                 name=KV_POOL,
                 kind="kv_pool",
                 argv=(master, *master_args(pool, bind_host=layout.bind_host)),
-                env=_env(common, topology.env.motor_kv_cache_pool_env, addresses, run_dir, KV_POOL),
+                env=_env(common, topology.env.motor_kv_cache_pool_env, layout, component_run_dir(KV_POOL)),
                 ports={"rpc": pool.port, "metrics": pool.metrics_port},
                 probes=_probes("metrics", "/health"),
             )
         )
 
+    controller = user.motor_controller_config
+    instance = controller.instance_config
     components.append(
-        Component(
-            name=CONTROLLER,
-            kind="controller",
-            argv=(python, "-m", "motor.controller", *config_args),
-            env=_env(common, topology.env.motor_controller_env, addresses, run_dir, CONTROLLER),
-            ports={"api": controller_port},
-            probes=_probes("api"),
-        )
-    )
-    components.append(
-        Component(
-            name=COORDINATOR,
-            kind="coordinator",
-            argv=(python, "-m", "motor.coordinator", *config_args),
-            env=_env(common, topology.env.motor_coordinator_env, addresses, run_dir, COORDINATOR),
-            ports={
-                "infer": coordinator_api.coordinator_api_infer_port,
-                "mgmt": coordinator_api.coordinator_api_mgmt_port,
-            },
-            probes=_probes("mgmt"),
+        motor_component(
+            Component(
+                name=CONTROLLER,
+                kind="controller",
+                argv=(),
+                env=_env(common, topology.env.motor_controller_env, layout, component_run_dir(CONTROLLER)),
+                ports={"api": controller_api.controller_api_port},
+                probes=_probes("api"),
+                spec=ControllerSpec(
+                    **base_spec(CONTROLLER, controller.logging_config.log_level),  # type: ignore[arg-type]
+                    port=controller_api.controller_api_port,
+                    token=token,
+                    coordinator_urls=[coordinator_mgmt_url],
+                    heartbeat_timeout=instance.instance_heartbeat_timeout,
+                    expired_timeout=instance.instance_expired_timeout,
+                    check_interval=instance.instance_manager_check_interval,
+                    reconcile_interval=controller.event_config.coordinator_heartbeat_interval,
+                    etcd=controller.etcd_config if controller.etcd_config.enable_etcd_persistence else None,
+                ),
+            )
         )
     )
 
+    coordinator = user.motor_coordinator_config
+    coordinator_base = base_spec(COORDINATOR, coordinator.logging_config.log_level)
+    if target == "kubernetes":
+        # The Service and probes reach the pod IP and `kubectl port-forward` reaches loopback: listen on both.
+        coordinator_base["bind_host"] = ALL_INTERFACES
+    components.append(
+        motor_component(
+            Component(
+                name=COORDINATOR,
+                kind="coordinator",
+                argv=(),
+                env=_env(common, topology.env.motor_coordinator_env, layout, component_run_dir(COORDINATOR)),
+                ports={
+                    "infer": coordinator_api.coordinator_api_infer_port,
+                    "mgmt": coordinator_api.coordinator_api_mgmt_port,
+                },
+                probes=_probes("mgmt"),
+                spec=CoordinatorSpec(
+                    **coordinator_base,  # type: ignore[arg-type]
+                    config=coordinator,
+                    profile=topology.profile.profile,
+                    required_roles=required_roles(topology.profile.profile, set(topology.roles)),
+                    served_models=served_model_names(topology),
+                    engine_types=sorted({spec.engine_type for spec in topology.roles.values()}),
+                    infer_port=coordinator_api.coordinator_api_infer_port,
+                    mgmt_port=coordinator_api.coordinator_api_mgmt_port,
+                    controller_token=token,
+                ),
+            )
+        )
+    )
+
+    problems: dict[str, ConfigIssue] = {}
     for ports in instance_ports(topology.roles):
-        spec = topology.roles[ports.role]  # type: ignore[index]
-        if shared_pod:
+        role_spec = topology.roles[ports.role]  # type: ignore[index]
+        if layout.shared_pod:
             nm_port, engine_port, status_port = (
                 ports.node_manager_port,
                 ports.engine_port,
                 ports.engine_status_port,
             )
+            bootstrap_port, ordinal = ports.kv_bootstrap_port, ports.ordinal
         else:
-            nm_port = spec.node_manager.api_config.node_manager_port
-            engine_port = spec.node_manager.endpoint_config.base_port
+            nm_port = role_spec.node_manager.api_config.node_manager_port
+            engine_port = role_spec.node_manager.endpoint_config.base_port
             status_port = engine_port + 1
-        engine_env = dict(addresses)
-        if pool is not None:
-            engine_env["MOONCAKE_CONFIG_PATH"] = str(PurePosixPath(config_dir) / STORE_CONFIG_FILE)
+            bootstrap_port, ordinal = None, 0
+        nm_run_dir = component_run_dir(ports.name)
+        try:
+            engine = engine_spec(
+                role_spec,
+                instance_id=ports.name,
+                host=layout.spec_host,
+                port=engine_port,
+                status_port=status_port,
+                store_config=store_config,
+                run_dir=nm_run_dir,
+                python=python,
+                bootstrap_port=bootstrap_port,
+                store_lookup_ordinal=ordinal,
+            )
+            model_name = served_model_name(role_spec)
+        except LaunchError as exc:
+            problems.setdefault(str(exc), ConfigIssue(exc.path, exc.message))
+            continue
         components.append(
-            Component(
-                name=ports.name,
-                kind="node_manager",
-                argv=(
-                    python,
-                    "-m",
-                    "motor.node_manager",
-                    *config_args,
-                    "--role",
-                    ports.role,
-                    "--index",
-                    str(ports.index),
-                ),
-                env=_env(spec.env, {}, engine_env, run_dir, ports.name),
-                ports={"nm": nm_port, "engine": engine_port, "engine-status": status_port},
-                probes=_probes("nm"),
-                replicas=spec.pods_per_instance,
-                accelerators=spec.accelerators_per_pod,
-                role=spec.role,
-                index=ports.index,
+            motor_component(
+                Component(
+                    name=ports.name,
+                    kind="node_manager",
+                    argv=(),
+                    env=_env(role_spec.env, {}, layout, nm_run_dir),
+                    ports={"nm": nm_port, "engine": engine_port, "engine-status": status_port},
+                    probes=_probes("nm"),
+                    replicas=role_spec.pods_per_instance,
+                    accelerators=role_spec.accelerators_per_pod,
+                    role=role_spec.role,
+                    index=ports.index,
+                    spec=NodeManagerSpec(
+                        **base_spec(ports.name, role_spec.node_manager.logging_config.log_level),  # type: ignore[arg-type]
+                        instance_id=ports.name,
+                        role=role_spec.role,
+                        model_name=model_name,
+                        port=nm_port,
+                        controller_url=controller_url,
+                        token=token,
+                        heartbeat_interval=role_spec.node_manager.basic_config.heartbeat_interval_seconds,
+                        engine=engine,
+                    ),
+                )
             )
         )
 
+    if problems:
+        raise ConfigError(list(problems.values()))
     coordinator_host = LOCAL_HOST if target == "local" else service_host(COORDINATOR, deploy.job_id)
     return Plan(
         job_id=deploy.job_id,
@@ -264,8 +348,32 @@ def build_plan(
         components=tuple(components),
         files=files,
         coordinator_url=f"http://{coordinator_host}:{coordinator_api.coordinator_api_infer_port}",
-        controller_url=controller_url,
+        controller_url=(
+            f"http://{LOCAL_HOST if target == 'local' else service_host(CONTROLLER, deploy.job_id)}"
+            f":{controller_api.controller_api_port}"
+        ),
     )
+
+
+def required_roles(profile: DispatchProfile, configured: set[Role]) -> list[Role]:
+    """The roles whose active instances make the coordinator ready for its profile."""
+    if profile != DispatchProfile.AGGREGATED:
+        return ["prefill", "decode"]
+    return ["union"] if "union" in configured or not configured else ["prefill"]
+
+
+def served_model_names(topology: Topology) -> list[str]:
+    """Names clients may ask for: each role's `served_model_name` (str or list), else its `model`."""
+    names: list[str] = []
+    for spec in topology.roles.values():
+        names.extend(_served_names(spec))
+    return list(dict.fromkeys(names))
+
+
+def _served_names(spec: RoleSpec) -> list[str]:
+    served = spec.engine_config.get("served_model_name") or spec.engine_config.get("model")
+    values = served if isinstance(served, list) else [served]
+    return [str(value) for value in values if value]
 
 
 @dataclass(frozen=True)
@@ -276,22 +384,27 @@ class _Layout:
 
     @property
     def advertise_host(self) -> str:
+        """MOTOR_ADVERTISE_HOST in a component's environment."""
         return LOCAL_HOST if self.target == "local" else POD_IP_REF
 
     @property
-    def bind_host(self) -> str:
-        return LOCAL_HOST if self.target == "local" else "0.0.0.0"
+    def spec_host(self) -> str:
+        """A component's own address as its spec says it."""
+        return LOCAL_HOST if self.target == "local" else HOST_PLACEHOLDER
 
-    def host(self, service: str) -> str:
+    @property
+    def bind_host(self) -> str:
+        return LOCAL_HOST if self.target == "local" else ALL_INTERFACES
+
+    def spec_url_host(self, service: str) -> str:
+        """Where a spec says another component is reached."""
         if self.target == "local":
             return LOCAL_HOST
-        return POD_IP_REF if self.shared_pod else service_host(service, self.job_id)
+        return HOST_PLACEHOLDER if self.shared_pod else service_host(service, self.job_id)
 
 
-def _env(
-    base: dict[str, str], section: dict[str, str], addresses: dict[str, str], run_dir: str, name: str
-) -> dict[str, str]:
-    return {**base, **section, **addresses, "MOTOR_RUN_DIR": str(PurePosixPath(run_dir) / name)}
+def _env(base: dict[str, str], section: dict[str, str], layout: _Layout, run_dir: str) -> dict[str, str]:
+    return {**base, **section, env_names.ADVERTISE_HOST: layout.advertise_host, env_names.RUN_DIR: run_dir}
 
 
 def _probes(port: str, path: str | None = None) -> tuple[Probe, ...]:

@@ -1,4 +1,4 @@
-"""`python -m motor.node_manager --user-config U --env-config E --role R --index I`."""
+"""`python -m motor.node_manager --spec FILE` (the NodeManagerSpec the deployment plan wrote)."""
 
 import argparse
 import asyncio
@@ -10,11 +10,11 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from motor.config import ConfigError, load_config
 from motor.node_manager.app import build_app
 from motor.node_manager.controller_client import Unauthorized
 from motor.node_manager.service import NodeManager
 from motor.node_manager.settings import NodeSettings, SettingsError, node_settings
+from motor.protocol.specs import NodeManagerSpec, SpecError, load_spec
 
 log = logging.getLogger("motor.node_manager")
 
@@ -68,14 +68,11 @@ async def serve(settings: NodeSettings) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m motor.node_manager", description=__doc__)
-    parser.add_argument("--user-config", required=True, type=Path)
-    parser.add_argument("--env-config", required=True, type=Path)
-    parser.add_argument("--role", required=True, choices=["prefill", "decode", "union"])
-    parser.add_argument("--index", required=True, type=int)
+    parser.add_argument("--spec", required=True, type=Path, help="the node manager's spec file")
     args = parser.parse_args(argv)
     try:
-        settings = node_settings(load_config(args.user_config, args.env_config), args.role, args.index)
-    except (ConfigError, SettingsError) as exc:
+        settings = node_settings(load_spec(args.spec, NodeManagerSpec))
+    except (SpecError, SettingsError) as exc:
         print(f"motor node manager: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(

@@ -20,9 +20,10 @@ from mooncake.store import MooncakeDistributedStore
 
 from motor.kv.sizes import parse_size
 from motor.pool.net import accepts_connections, split_host_port
+from motor.protocol import env as env_names
 from motor.runtime.backoff import Backoff
 
-CONFIG_PATH_ENV = "MOONCAKE_CONFIG_PATH"
+CONFIG_PATH_ENV = env_names.STORE_CONFIG_PATH
 
 NO_AVAILABLE_HANDLE = -200
 INVALID_PARAMS = -600

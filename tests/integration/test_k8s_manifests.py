@@ -157,14 +157,8 @@ def test_engine_deployments_get_accelerators_weights_and_entry_point() -> None:
         "python3",
         "-m",
         "motor.node_manager",
-        "--user-config",
-        "/etc/motor/user_config.json",
-        "--env-config",
-        "/etc/motor/env.json",
-        "--role",
-        "prefill",
-        "--index",
-        "0",
+        "--spec",
+        "/etc/motor/prefill-0.spec.json",
     ]
     assert engine["image"].startswith("quay.io/ascend/mindie-motor:")
     volumes = {v["name"]: v for v in prefill["spec"]["template"]["spec"]["volumes"]}
@@ -208,21 +202,28 @@ def test_pool_master_service_and_engine_store_config() -> None:
         and "--rpc_port=50088" in master
         and "--default_kv_lease_ttl=11000" in master
     )
-    prefill_env = env_of(objects["Deployment", "decode-0"])
-    assert prefill_env["MOTOR_POOL_MASTER"] == "kv-pool.mindie-motor.svc.cluster.local:50088"
-    assert prefill_env["MOONCAKE_CONFIG_PATH"] == "/etc/motor/mooncake_store.json"
-    store = json.loads(objects["ConfigMap", "motor-config"]["data"]["mooncake_store.json"])
+    spec = json.loads(objects["ConfigMap", "motor-config"]["data"]["decode-0.spec.json"])
+    engine = spec["engine"]
+    store_path = engine["env"]["MOONCAKE_CONFIG_PATH"]
+    assert store_path == "/var/run/motor/decode-0/decode-0.mooncake.json"
+    store = json.loads(engine["files"][store_path])
     assert store["master_server_address"] == "kv-pool.mindie-motor.svc.cluster.local:50088"
     assert store["protocol"] == "ascend"
 
 
 def test_addresses_use_services_and_pod_ip() -> None:
-    env = env_of(by_kind_name(seed_manifests())["Deployment", "prefill-0"])
+    objects = by_kind_name(seed_manifests())
+    env = env_of(objects["Deployment", "prefill-0"])
     assert env["POD_IP"] == "<from field>"
     assert env["MOTOR_ADVERTISE_HOST"] == "$(POD_IP)"
-    assert env["MOTOR_CONTROLLER_URL"] == "http://controller.mindie-motor.svc.cluster.local:1027"
-    assert env["MOTOR_COORDINATOR_MGMT_URL"] == "http://coordinator.mindie-motor.svc.cluster.local:1026"
     assert env["HCCL_BUFFSIZE"] == "256"
+    specs = objects["ConfigMap", "motor-config"]["data"]
+    assert json.loads(specs["prefill-0.spec.json"])["controller_url"] == (
+        "http://controller.mindie-motor.svc.cluster.local:1027"
+    )
+    assert json.loads(specs["controller.spec.json"])["coordinator_urls"] == [
+        "http://coordinator.mindie-motor.svc.cluster.local:1026"
+    ]
 
 
 def test_registration_token_comes_from_a_secret_unless_env_json_sets_it() -> None:
@@ -265,7 +266,7 @@ def test_single_container_runs_everything_in_one_pod() -> None:
     motor = pod["containers"][0]
     assert motor["resources"]["limits"] == {"huawei.com/Ascend910": 6}
     script = motor["command"][2]
-    assert "start prefill-1 env" in script and "--role prefill --index 1" in script
+    assert "start prefill-1 env" in script and "--spec /etc/motor/prefill-1.spec.json" in script
     assert motor["readinessProbe"]["httpGet"] == {"path": "/readiness", "port": "mgmt"}
     service = objects["Service", "coordinator"]
     assert service["spec"]["selector"]["app.kubernetes.io/name"] == "single-container"
@@ -281,7 +282,7 @@ def test_union_instances_get_one_deployment_each() -> None:
     }
     union = objects["Deployment", "union-1"]
     assert union["metadata"]["labels"]["motor.io/role"] == "union"
-    assert container(union)["command"][-4:] == ["--role", "union", "--index", "1"]
+    assert container(union)["command"][-2:] == ["--spec", "/etc/motor/union-1.spec.json"]
 
 
 def test_single_container_refuses_several_pods_per_instance() -> None:

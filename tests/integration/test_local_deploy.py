@@ -12,6 +12,7 @@ import pytest
 
 from motor.deploy.local import status_local, stop_local
 from motor.pool.metrics import scrape_pool
+from motor.pool.net import free_port_block
 from motor.runtime.processes import start_ticks
 from tests.fixtures.control import LocalRun
 
@@ -82,12 +83,14 @@ def test_deploy_serve_status_refuse_and_stop(
 def test_a_component_that_fails_to_start_fails_the_deploy_and_leaves_nothing(
     local_run: Callable[..., LocalRun], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # the node managers cannot build an engine command for sglang: they exit at start
+    # persistence on, but nothing listens where etcd should be: the controller exits at start, after the pool
+    # master is already up
+    dead_port = free_port_block(1)
     run = local_run(
-        pool=False,
         overrides={
-            "motor_engine_prefill_config": {"engine_type": "sglang"},
-            "motor_engine_decode_config": {"engine_type": "sglang"},
+            "motor_controller_config": {
+                "etcd_config": {"enable_etcd_persistence": True, "etcd_port": dead_port, "etcd_timeout": 1}
+            }
         },
     )
     assert run.plan_and_deploy(ready_timeout=30) == 1
@@ -97,8 +100,10 @@ def test_a_component_that_fails_to_start_fails_the_deploy_and_leaves_nothing(
         for match in re.finditer(r"started (\S+)\s+pid (\d+)", captured.out)
     }
     err = captured.err
-    assert "exited while starting" in err
-    assert "sglang" in err  # the node manager's log tail says why
-    assert {"controller", "coordinator"} <= set(pids)
+    assert "controller exited while starting" in err
+    assert "etcd" in err  # the controller's log tail says why
+    assert set(pids) == {"kv-pool"}
     assert [pid for pid in pids.values() if start_ticks(pid) is not None] == []
     assert not (run.run_dir / "state.json").exists()
+    assert status_local(run.run_root, run.job_id) == 1
+    assert stop_local(run.run_root, None) == 0  # nothing left to stop

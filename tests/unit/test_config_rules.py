@@ -70,7 +70,9 @@ def test_wrong_kv_role_is_corrected_from_the_role_on_each_level_with_a_warning()
     path = "motor_engine_decode_config.engine_config.kv_transfer_config.kv_connector_extra_config.connectors[1].kv_role"
     assert f"{path}: 'kv_producer' replaced by 'kv_consumer'" in "\n".join(topology.warnings)
     assert any(
-        w.startswith("motor_engine_prefill_config.engine_config.kv_transfer_config.kv_role: 'kv_consumer' replaced")
+        w.startswith(
+            "motor_engine_prefill_config.engine_config.kv_transfer_config.kv_role: 'kv_consumer' replaced"
+        )
         for w in topology.warnings
     )
 
@@ -279,7 +281,9 @@ def test_infer_service_set_is_accepted_with_a_notice():
     user["motor_deploy_config"]["deploy_mode"] = "infer_service_set"
     topology = load_documents(user, env)
     assert topology.user.motor_deploy_config.kubernetes_layout == "multi_deployment"
-    assert any("InferServiceSet custom resource itself belongs to MindCluster" in w for w in topology.warnings)
+    assert any(
+        "InferServiceSet custom resource itself belongs to MindCluster" in w for w in topology.warnings
+    )
 
 
 def test_job_id_must_be_a_dns_label():

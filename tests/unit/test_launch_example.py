@@ -4,9 +4,10 @@ import json
 from pathlib import Path
 
 from motor.config import load_config
-from motor.engine.launch import BOOTSTRAP_PORT_ENV, engine_launch
+from motor.deploy.engine_command import engine_spec
 from motor.kv.connectors import DispatchProfile
 from motor.kv.pool import engine_store_config
+from motor.protocol.env import VLLM_MOONCAKE_BOOTSTRAP_PORT as BOOTSTRAP_PORT_ENV
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "local"
 
@@ -18,14 +19,14 @@ def test_example_local_validates_and_launches(tmp_path: Path) -> None:
     store = engine_store_config(topology.pool, master_host="127.0.0.1")
 
     launches = {
-        role: engine_launch(
+        role: engine_spec(
             topology.roles[role],
             instance_id=f"{role}-0",
             host="127.0.0.1",
             port=10000 + 2 * k,
             status_port=10001 + 2 * k,
             store_config=store,
-            run_dir=tmp_path,
+            run_dir=str(tmp_path),
         )
         for k, role in enumerate(("prefill", "decode"))
     }

@@ -27,13 +27,13 @@ from motor.deploy.k8s.labels import (
     JOB_LABEL,
     NAME_LABEL,
     ROLE_LABEL,
-    TOKEN_ENV,
     TOKEN_KEY,
     TOKEN_SECRET,
     owner_labels,
 )
 from motor.deploy.k8s.single_container import single_container_objects
-from motor.deploy.plan import STORE_CONFIG_FILE, Component, Plan
+from motor.deploy.plan import Component, Plan
+from motor.protocol import env as env_names
 
 Manifest = dict[str, Any]
 
@@ -42,7 +42,6 @@ PREVIEW_IMAGE = "motor:latest"
 # Where Prometheus finds /metrics: the coordinator serves it on its management port, mooncake_master on its own.
 METRICS_PORT = {"coordinator": "mgmt", "kv_pool": "metrics"}
 SERVICE_COMPONENTS = ("controller", "coordinator", "kv_pool")
-POD_IP_ENV = "POD_IP"
 
 
 @dataclass(frozen=True)
@@ -101,7 +100,7 @@ class ManifestContext:
         self.texts = texts
         self.namespace_name = plan.job_id
         self.config_hash = hashlib.sha256(f"{texts.user}\0{texts.env}".encode()).hexdigest()
-        self.token_from_secret = TOKEN_ENV not in topology.env.motor_common_env
+        self.token_from_secret = env_names.CONTROLLER_TOKEN not in topology.env.motor_common_env
         self.image = self.deploy.image_name or PREVIEW_IMAGE
 
     # ---- metadata -------------------------------------------------------------------------------------------
@@ -136,9 +135,7 @@ class ManifestContext:
         user_text = self.texts.user
         if self.plan.deploy_mode == "local":
             user_text = _with_deploy_mode(user_text, "multi_deployment")
-        data = {"user_config.json": user_text, "env.json": self.texts.env}
-        if STORE_CONFIG_FILE in self.plan.files:
-            data[STORE_CONFIG_FILE] = self.plan.files[STORE_CONFIG_FILE]
+        data = {"user_config.json": user_text, "env.json": self.texts.env, **self.plan.files}
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": self.metadata(CONFIG_MAP), "data": data}
 
     def token_secret(self, token: str) -> Manifest:
@@ -211,7 +208,7 @@ class ManifestContext:
             **self.probes(component),
             "volumeMounts": [
                 {"name": "config", "mountPath": self.plan.config_dir, "readOnly": True},
-                {"name": "run", "mountPath": component.env["MOTOR_RUN_DIR"]},
+                {"name": "run", "mountPath": component.env[env_names.RUN_DIR]},
             ],
         }
         volumes: list[Manifest] = [self.config_volume(), {"name": "run", "emptyDir": {}}]
@@ -291,11 +288,13 @@ class ManifestContext:
 
     def env(self, values: dict[str, str], *, with_token: bool) -> list[Manifest]:
         """POD_IP from the downward API first, so later values can reference it as $(POD_IP)."""
-        env: list[Manifest] = [{"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+        env: list[Manifest] = [
+            {"name": env_names.POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+        ]
         if with_token and self.token_from_secret:
             secret = {"secretKeyRef": {"name": TOKEN_SECRET, "key": TOKEN_KEY}}
-            env.append({"name": TOKEN_ENV, "valueFrom": secret})
-        env += ({"name": name, "value": value} for name, value in values.items() if name != POD_IP_ENV)
+            env.append({"name": env_names.CONTROLLER_TOKEN, "valueFrom": secret})
+        env += ({"name": name, "value": value} for name, value in values.items() if name != env_names.POD_IP)
         return env
 
     def probes(self, component: Component) -> Manifest:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from motor.deploy.k8s.labels import COMPONENT_LABEL, CONTROLLER_ACCOUNT, NAME_LABEL
 from motor.deploy.plan import COORDINATOR, POD_IP_REF, Component
+from motor.protocol import env as env_names
 
 if TYPE_CHECKING:
     from motor.deploy.k8s.manifests import ManifestContext
@@ -81,7 +82,7 @@ def supervisor_script(components: tuple[Component, ...], shared: dict[str, str])
             *(f"{name}={_shell_word(value)}" for name, value in own.items()),
             *(shlex.quote(arg) for arg in component.argv),
         ]
-        lines.append(f"mkdir -p {_shell_word(component.env['MOTOR_RUN_DIR'])}")
+        lines.append(f"mkdir -p {_shell_word(component.env[env_names.RUN_DIR])}")
         lines.append(" ".join(words))
     lines += [
         "while :; do",

@@ -6,6 +6,7 @@ components in plan order (each in its own process group, one log file each), wai
 then for the coordinator to be ready with every instance active. Any failure stops everything it started.
 """
 
+import dataclasses
 import json
 import os
 import secrets
@@ -13,7 +14,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from pydantic import ValidationError
 
@@ -30,12 +31,12 @@ from motor.deploy.local.state import (
 )
 from motor.deploy.local.stop import stop_recorded
 from motor.deploy.plan import LOCAL_HOST, Component, Plan
-from motor.engine.launch import LaunchError, served_model_name
+from motor.protocol import env as env_names
 from motor.protocol.controller import ControllerState, bearer
+from motor.protocol.specs import NodeManagerSpec
 from motor.runtime.logs import LogFile, tail
 from motor.runtime.processes import Identity, spawn
 
-TOKEN_VAR = "MOTOR_CONTROLLER_TOKEN"
 STARTUP_TIMEOUT_S = 60.0
 READY_TIMEOUT_S = 600.0
 POLL_S = 0.1
@@ -123,19 +124,19 @@ def _refuse_busy_ports(plan: Plan) -> str | None:
 MODEL_PATH_OPTIONS = ("model", "tokenizer")
 
 
-def _absolute_model_paths(user: dict[str, Any], base: Path) -> None:
-    """Engines start in their own run directories: a relative model path that exists here is made absolute."""
-    for section_key in (
-        "motor_engine_prefill_config",
-        "motor_engine_decode_config",
-        "motor_engine_union_config",
-    ):
-        engine_config = (user.get(section_key) or {}).get("engine_config") or {}
+def with_local_model_paths(topology: Topology, base: Path) -> Topology:
+    """The topology with every relative `model`/`tokenizer` path that exists under `base` made absolute:
+    engines start in their own run directories."""
+    roles = {}
+    for role, spec in topology.roles.items():
+        engine_config = dict(spec.engine_config)
         for option in MODEL_PATH_OPTIONS:
             for key in (option, option.replace("_", "-")):
                 value = engine_config.get(key)
                 if isinstance(value, str) and not Path(value).is_absolute() and (base / value).exists():
                     engine_config[key] = str((base / value).resolve())
+        roles[role] = dataclasses.replace(spec, engine_config=engine_config)
+    return dataclasses.replace(topology, roles=roles)
 
 
 def _prepare(plan: Plan, topology: Topology, run_dir: Path) -> RunState:
@@ -143,7 +144,6 @@ def _prepare(plan: Plan, topology: Topology, run_dir: Path) -> RunState:
     config_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
     user = topology.user.model_dump(mode="json", exclude_unset=True, by_alias=True)
-    _absolute_model_paths(user, Path.cwd())
     env = topology.env.model_dump(mode="json", exclude_unset=True)
     Path(plan.user_config_path).write_text(json.dumps(user, indent=2) + "\n", encoding="utf-8")
     Path(plan.env_config_path).write_text(json.dumps(env, indent=2) + "\n", encoding="utf-8")
@@ -181,8 +181,8 @@ def _start_all(plan: Plan, state: RunState, out: TextIO, began: float) -> None:
 def _start(component: Component, state: RunState) -> ProcessRecord:
     env = dict(component.env)
     if component.kind in ("controller", "coordinator", "node_manager"):
-        env[TOKEN_VAR] = state.token
-    run_dir = Path(env.get("MOTOR_RUN_DIR") or Path(state.run_dir) / component.name)
+        env[env_names.CONTROLLER_TOKEN] = state.token
+    run_dir = Path(env.get(env_names.RUN_DIR) or Path(state.run_dir) / component.name)
     run_dir.mkdir(parents=True, exist_ok=True)
     log_path = Path(state.run_dir) / LOG_DIR / f"{component.name}.log"
     try:
@@ -280,10 +280,9 @@ def _coordinator_ready(state: RunState) -> bool:
 def _print_ready(
     plan: Plan, topology: Topology, state: RunState, run_root: Path, seconds: float, out: TextIO
 ) -> None:
-    try:
-        model = served_model_name(next(iter(topology.roles.values())))
-    except LaunchError:
-        model = "<model>"
+    model = next(
+        (c.spec.model_name for c in plan.node_managers if isinstance(c.spec, NodeManagerSpec)), "<model>"
+    )
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 32})
     print(
         f"ready in {seconds:.1f} s: {len(plan.node_managers)} instance(s) active, "

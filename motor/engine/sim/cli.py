@@ -15,8 +15,7 @@ from motor.config.transfer import KvTransferConfig
 from motor.engine.sim.config import SimConfig
 from motor.engine.sim.faults import Faults
 from motor.engine.sim.latency import LatencyModel
-
-STORE_CONFIG_ENV = "MOONCAKE_CONFIG_PATH"
+from motor.protocol import env as env_names
 
 
 def _number(kind: Callable[[str], float], low: float, *, inclusive: bool = True) -> Callable[[str], float]:
@@ -103,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     kv.add_argument(
         "--store-config",
         default=None,
-        help=f"Mooncake store config JSON (default: ${STORE_CONFIG_ENV}); without one there is no pool",
+        help=f"Mooncake store config JSON (default: ${env_names.STORE_CONFIG_PATH}); without one there is no pool",
     )
 
     latency = parser.add_argument_group("latency model (see motor/engine/sim/latency.py)")
@@ -180,7 +179,7 @@ def parse_config(argv: Sequence[str] | None = None, *, environ: dict[str, str] |
         kv_wait_timeout_s=args.kv_wait_timeout_s,
         num_kv_blocks=args.num_kv_blocks,
         enable_prefix_caching=args.enable_prefix_caching,
-        store_config_path=args.store_config or env.get(STORE_CONFIG_ENV) or None,
+        store_config_path=args.store_config or env.get(env_names.STORE_CONFIG_PATH) or None,
         faults=Faults(
             crash_after=args.fault_crash_after,
             hang=args.fault_hang,
