@@ -19,7 +19,7 @@ from typing import Any
 
 from motor.config.topology import RoleSpec
 from motor.config.transfer import transfer_config_key
-from motor.kv.connectors import serves_bootstrap
+from motor.kv.connectors import ConnectorSpec, lookup
 from motor.kv.levels import connector_levels, transfer_kv_port, transfer_level
 from motor.kv.store_ids import with_store_lookup_ids
 from motor.protocol import env as env_names
@@ -110,9 +110,10 @@ def engine_spec(
     if spec.engine_type == "vllm":
         # Keeps the connectors' transfer engines and side channels on the advertised address.
         env.setdefault(env_names.VLLM_HOST_IP, host)
-        if transfer is not None and needs_bootstrap(transfer):
-            served_bootstrap = bootstrap_port or _kv_port(transfer, spec.section_path)
-            env[env_names.VLLM_MOONCAKE_BOOTSTRAP_PORT] = str(served_bootstrap)
+        bootstrap = None if transfer is None else bootstrap_server(transfer)
+        if bootstrap is not None and bootstrap.bootstrap_port_env is not None:
+            served_bootstrap = bootstrap_port or _kv_port(transfer, spec.section_path)  # type: ignore[arg-type]
+            env[bootstrap.bootstrap_port_env] = str(served_bootstrap)
 
     engine_argv = [python, "-m", module, *option_flags(options, f"{spec.section_path}.engine_config")]
     return _wrapped(spec, engine_argv, env, files, host, port, status_port, run_dir, python, served_bootstrap)
@@ -258,10 +259,12 @@ def transfer_config(engine_config: dict[str, Any]) -> dict[str, Any] | None:
     return json.loads(raw) if isinstance(raw, str) else raw
 
 
-def needs_bootstrap(config: dict[str, Any]) -> bool:
+def bootstrap_server(config: dict[str, Any]) -> ConnectorSpec | None:
+    """The transfer connector's spec when, on a producer, it serves a KV bootstrap endpoint."""
     _, transfer = transfer_level(config)
     role = transfer.get("kv_role") or config.get("kv_role")
-    return serves_bootstrap(str(transfer.get("kv_connector"))) and role in PRODUCER_ROLES
+    spec = lookup(str(transfer.get("kv_connector")))
+    return spec if spec is not None and spec.serves_bootstrap and role in PRODUCER_ROLES else None
 
 
 def _kv_port(config: dict[str, Any], section_path: str) -> int:

@@ -17,8 +17,9 @@ from motor.deploy.engine_command import (
     with_engine_id,
 )
 from motor.protocol.env import STORE_CONFIG_PATH as STORE_CONFIG_ENV
-from motor.protocol.env import VLLM_MOONCAKE_BOOTSTRAP_PORT as BOOTSTRAP_PORT_ENV
 from motor.protocol.specs import EngineSpec
+
+BOOTSTRAP_PORT_ENV = "VLLM_MOONCAKE_BOOTSTRAP_PORT"  # where vLLM's MooncakeConnector reads its bootstrap port
 
 
 def role_spec(

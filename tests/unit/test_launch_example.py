@@ -7,9 +7,10 @@ from motor.config import load_config
 from motor.deploy.engine_command import engine_spec
 from motor.kv.connectors import DispatchProfile
 from motor.kv.pool import engine_store_config
-from motor.protocol.env import VLLM_MOONCAKE_BOOTSTRAP_PORT as BOOTSTRAP_PORT_ENV
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "local"
+
+BOOTSTRAP_PORT_ENV = "VLLM_MOONCAKE_BOOTSTRAP_PORT"  # where vLLM's MooncakeConnector reads its bootstrap port
 
 
 def test_example_local_validates_and_launches(tmp_path: Path) -> None:
