@@ -98,7 +98,7 @@ def test_latency_batch_and_fault_flags() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--max-num-batched-tokens", "8"], "unrecognized arguments: --max-num-batched-tokens"),
+        (["--tensor-parallel-size", "2"], "unrecognized arguments: --tensor-parallel-size"),
         (["--kv-transfer-config", "{nope"], "--kv-transfer-config: not valid JSON"),
         (["--kv-transfer-config", "[]"], "must be a JSON object"),
         (["--kv-transfer-config", '{"kv_role": "kv_reader"}'], "--kv-transfer-config: kv_role"),

@@ -117,9 +117,12 @@ class SimApp:
             if message["type"] == "lifespan.startup":
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                await self._engine.close()
+                await self.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    async def close(self) -> None:
+        await self._engine.close()
 
     # ---- simple routes -----------------------------------------------------------------------------------
 
@@ -152,6 +155,9 @@ class SimApp:
             running=self._engine.num_running,
             waiting=self._engine.num_waiting,
             kv_cache_usage=self._engine.kv_cache_usage(),
+            engine=str(self._config.engine_index),
+            queued_prefill_tokens=self._engine.queued_prefill_tokens(),
+            preemptions=self._engine.num_preemptions,
         )
         await _send_bytes(send, 200, text.encode(), [_PROMETHEUS])
 
