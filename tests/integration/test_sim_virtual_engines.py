@@ -8,7 +8,8 @@ import time
 import httpx
 
 from motor.engine.sim.tokenizer import encode
-from tests.fixtures.sim import SimEngine, StartSimEngine, expected_tokens, fresh_prompt
+from tests.fixtures.pool import RunningPool
+from tests.fixtures.sim import SimEngine, StartSimEngine, expected_tokens, fresh_prompt, start_ready_together
 
 _LISTENING = re.compile(
     r"motor-sim listening on http://127\.0\.0\.1:(\d+) \(virtual engine (\d+), engine_id (\S+)\)"
@@ -154,3 +155,63 @@ async def test_a_full_kv_budget_queues_requests_on_that_engine_only(sim_engines:
     text = httpx.get(f"{busy}/metrics").text
     assert metric(text, "vllm:num_requests_waiting", 0) == metric(text, "vllm:kv_cache_usage_perc", 0) == 0
     assert metric(text, "vllm:num_preemptions_total", 0) == 0
+
+
+async def test_virtual_prefill_and_decode_engines_hand_kv_over_through_one_store_client_each(
+    mooncake_master: RunningPool, sim_engines: StartSimEngine
+) -> None:
+    """Two processes (P and D) of two virtual engines each share the pool; D's engine pays the KV transfer
+    (400 ms of latency here) waiting, with its blocks reserved, before it computes anything."""
+    store = mooncake_master.store_config
+    p_process, d_process = start_ready_together(
+        sim_engines,
+        {
+            "kv_role": "kv_producer",
+            "engine_id": "prefill",
+            "store_config": store,
+            "extra_args": ["--virtual-engines", "2", *FREE_MODEL],
+        },
+        {
+            "kv_role": "kv_consumer",
+            "engine_id": "decode",
+            "store_config": store,
+            "extra_args": ["--virtual-engines", "2", *FREE_MODEL, "--kv-transfer-latency-ms", "400"],
+        },
+    )
+    prefill = engine_urls(p_process, 2)
+    decode = engine_urls(d_process, 2)
+    prompt = fresh_prompt()
+    body = {"prompt": prompt, "max_tokens": 5, "seed": 2, "ignore_eos": True, "return_token_ids": True}
+    async with httpx.AsyncClient(timeout=30) as client:
+        leg = {**body, "max_tokens": 1, "kv_transfer_params": {"do_remote_decode": True}}
+        params = (await client.post(f"{prefill[1][0]}/v1/completions", json=leg)).json()["kv_transfer_params"]
+        assert params["remote_engine_id"] == "prefill-1" and "kv_error" not in params
+        shareable = len(params["remote_block_keys"])
+        assert shareable == (len(encode(prompt)) - 1) // 16
+
+        url = decode[1][0]
+        answer = asyncio.ensure_future(
+            client.post(f"{url}/v1/completions", json={**body, "kv_transfer_params": params})
+        )
+        seen = None
+        while not answer.done():
+            text = (await client.get(f"{url}/metrics")).text
+            if (
+                metric(text, "vllm:num_requests_waiting", 1) == 1
+                and metric(text, "vllm:kv_cache_usage_perc", 1) > 0
+            ):
+                seen = text
+                break
+            await asyncio.sleep(0.02)
+        assert seen is not None, "the decode never waited for its KV with blocks reserved"
+        assert metric(seen, "vllm:num_requests_running", 1) == 0
+        response = await answer
+        assert response.status_code == 200, response.text
+        assert response.json()["choices"][0]["token_ids"] == expected_tokens(
+            encode(prompt), max_tokens=5, seed=2, ignore_eos=True
+        )
+        source = 'vllm:prompt_tokens_by_source_total{engine="1",model_name="sim-model",source="external_kv_transfer"}'
+        assert f"{source} {float(shareable * 16)}" in (await client.get(f"{url}/metrics")).text
+        untouched = (await client.get(f"{decode[0][0]}/metrics")).text
+        assert metric(untouched, "vllm:prompt_tokens_total", 0) == 0
+    assert d_process.log_text().count("KV pool: mooncake_master") == 1

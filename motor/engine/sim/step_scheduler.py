@@ -209,6 +209,8 @@ class StepScheduler:
         """Give `seq` the blocks its next token needs, preempting the youngest running sequences if allowed;
         False when it cannot decode in this step (it was preempted itself, or no block is free)."""
         needed = blocks_for(seq.prompt_tokens + seq.generated + 1, self._block_size)
+        if needed <= seq.blocks.total:
+            return True
         while not self._budget.grow_to(seq.blocks, needed):
             if not self._model.preemption:
                 return False
