@@ -32,24 +32,13 @@ import aiohttp
 import uvloop
 from sim_engine import cpu_seconds
 
+from motor.engine.sim.capacity import CapacityModel
+from motor.engine.sim.cli import capacity_flags
+
 MODELS = {
     "off": [],  # no capacity model: the zero latency model, for comparison
-    "zero-cost": [
-        "--capacity-model",
-        "--prefill-tokens-per-s",
-        "0",
-        "--step-overhead-ms",
-        "0",
-        "--decode-ms-per-seq",
-        "0",
-        "--decode-ms-per-1k-context",
-        "0",
-        "--kv-link-gb-per-s",
-        "0",
-        "--kv-transfer-latency-ms",
-        "0",
-    ],
-    "realistic": ["--capacity-model"],  # the model's defaults: docs/sim-capacity-model.md
+    "zero-cost": capacity_flags(CapacityModel.free()),
+    "realistic": capacity_flags(CapacityModel(enabled=True)),  # the defaults: docs/sim-capacity-model.md
 }
 _LISTENING = re.compile(rb"motor-sim listening on http://127\.0\.0\.1:(\d+) \(virtual engine")
 

@@ -7,6 +7,8 @@ import time
 
 import httpx
 
+from motor.engine.sim.capacity import CapacityModel
+from motor.engine.sim.cli import capacity_flags
 from motor.engine.sim.tokenizer import encode
 from tests.fixtures.pool import RunningPool
 from tests.fixtures.sim import SimEngine, StartSimEngine, expected_tokens, fresh_prompt, start_ready_together
@@ -14,22 +16,7 @@ from tests.fixtures.sim import SimEngine, StartSimEngine, expected_tokens, fresh
 _LISTENING = re.compile(
     r"motor-sim listening on http://127\.0\.0\.1:(\d+) \(virtual engine (\d+), engine_id (\S+)\)"
 )
-# Steps that cost nothing: requests run as fast as the process serves them.
-FREE_MODEL = [
-    "--capacity-model",
-    "--prefill-tokens-per-s",
-    "0",
-    "--step-overhead-ms",
-    "0",
-    "--decode-ms-per-seq",
-    "0",
-    "--decode-ms-per-1k-context",
-    "0",
-    "--kv-link-gb-per-s",
-    "0",
-    "--kv-transfer-latency-ms",
-    "0",
-]
+FREE_MODEL = capacity_flags(CapacityModel.free())  # steps cost nothing: requests run as fast as served
 
 
 def engine_urls(process: SimEngine, count: int) -> list[tuple[str, str]]:

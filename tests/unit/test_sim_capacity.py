@@ -5,7 +5,7 @@ import json
 import pytest
 
 from motor.engine.sim.capacity import CapacityModel, blocks_for
-from motor.engine.sim.cli import parse_config
+from motor.engine.sim.cli import capacity_flags, parse_config
 from motor.engine.sim.kv_budget import BlockHolding, KvBlockBudget
 
 
@@ -124,31 +124,11 @@ def test_virtual_engines_name_each_engine_and_label_its_metrics() -> None:
     assert unnamed.engine_id == "sim-127.0.0.1-9101"
 
 
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (
-            ["--prefill-tokens-per-s", "10"],
-            "--prefill-tokens-per-s: capacity model settings need --capacity-model",
-        ),
-        (["--no-kv-preemption"], "--kv-preemption: capacity model settings need --capacity-model"),
-        (
-            ["--capacity-model", "--itl-ms", "5"],
-            "--itl-ms: the latency model does not apply with --capacity-model",
-        ),
-        (
-            ["--capacity-model", "--num-gpu-blocks-override", "16", "--max-model-len", "512"],
-            "--max-model-len: 512 tokens need 32 KV blocks of 16, more than --num-gpu-blocks-override 16",
-        ),
-        (["--capacity-model", "--max-num-batched-tokens", "0"], "must be >= 1"),
-        (["--virtual-engines", "0"], "must be >= 1"),
-        (["--port", "65535", "--virtual-engines", "2"], "ports 65535..65536 go beyond 65535"),
-    ],
-)
-def test_bad_capacity_and_virtual_engine_flags_name_the_flag(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        parse_config(argv, environ={})
-    assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
+def test_capacity_flags_render_a_model_that_parses_back_to_itself() -> None:
+    for model in (
+        CapacityModel(enabled=True),
+        CapacityModel.free(),
+        CapacityModel(enabled=True, preemption=False),
+    ):
+        assert parse_config(capacity_flags(model), environ={}).capacity == model
+    assert capacity_flags(CapacityModel()) == []

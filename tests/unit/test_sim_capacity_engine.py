@@ -18,15 +18,7 @@ from motor.engine.sim.step_scheduler import ScheduledSequence, StepScheduler
 from tests.fixtures.sim import expected_tokens
 from tests.unit.test_sim_engine import PROMPT, make_engine, request, run
 
-FREE = CapacityModel(
-    enabled=True,
-    prefill_tokens_per_s=0,
-    step_overhead_ms=0,
-    decode_ms_per_seq=0,
-    decode_ms_per_1k_context=0,
-    kv_link_gb_per_s=0,
-    kv_transfer_latency_ms=0,
-)
+FREE = CapacityModel.free()
 SLOW = replace(FREE, step_overhead_ms=1000)
 
 

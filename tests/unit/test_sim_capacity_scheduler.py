@@ -8,15 +8,7 @@ import pytest
 from motor.engine.sim.capacity import CapacityModel
 from motor.engine.sim.step_scheduler import ScheduledSequence, SeqState, StepScheduler
 
-FREE = CapacityModel(
-    enabled=True,
-    prefill_tokens_per_s=0,
-    step_overhead_ms=0,
-    decode_ms_per_seq=0,
-    decode_ms_per_1k_context=0,
-    kv_link_gb_per_s=0,
-    kv_transfer_latency_ms=0,
-)
+FREE = CapacityModel.free()
 
 
 @dataclass

@@ -76,6 +76,18 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+async def serve_lifespan(receive: Receive, send: Send, *, on_shutdown: Callable[[], Awaitable[None]]) -> None:
+    """The ASGI lifespan protocol: nothing to start, `on_shutdown` on the way out."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await on_shutdown()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
 class SimApp:
     def __init__(
         self, config: SimConfig, *, engine: SimEngine, faults: FaultInjector, metrics: EngineMetrics
@@ -109,17 +121,7 @@ class SimApp:
                     send, SimError(404, f"no route {scope['path']}; see the motor-sim README section")
                 )
         elif scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.close()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+            await serve_lifespan(receive, send, on_shutdown=self.close)
 
     async def close(self) -> None:
         await self._engine.close()

@@ -31,6 +31,19 @@ class CapacityModel:
     kv_transfer_bytes_per_token: int = 131072
     preemption: bool = True
 
+    @classmethod
+    def free(cls) -> "CapacityModel":
+        """The model on with every cost zero: requests still queue for the budgets, but take no time."""
+        return cls(
+            enabled=True,
+            prefill_tokens_per_s=0,
+            step_overhead_ms=0,
+            decode_ms_per_seq=0,
+            decode_ms_per_1k_context=0,
+            kv_link_gb_per_s=0,
+            kv_transfer_latency_ms=0,
+        )
+
     def step_seconds(self, *, prefill_tokens: int, decode_seqs: int, context_tokens: int) -> float:
         """The modelled time of one step; a step with nothing to compute costs nothing."""
         if prefill_tokens <= 0 and decode_seqs <= 0:

@@ -306,6 +306,17 @@ def _capacity_model(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     return CapacityModel(enabled=True, **fields)
 
 
+def capacity_flags(model: CapacityModel) -> list[str]:
+    """The flags that give an engine `model` (none when it is off): how a launcher passes a capacity model."""
+    if not model.enabled:
+        return []
+    flags = ["--capacity-model"]
+    for flag, _, _ in _CAPACITY_FLAGS:
+        flags += [flag, str(getattr(model, _flag_field(flag)))]
+    flags.append("--kv-preemption" if model.preemption else "--no-kv-preemption")
+    return flags
+
+
 def _first_error(exc: ValidationError) -> str:
     error = exc.errors()[0]
     location = ".".join(str(part) for part in error["loc"])

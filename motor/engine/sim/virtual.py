@@ -3,7 +3,7 @@ port it arrived on. Each engine keeps its own state (queue, KV budget, prefix ca
 share the event loop and, when there is a pool, the store client.
 """
 
-from motor.engine.sim.app import Receive, Scope, Send, SimApp
+from motor.engine.sim.app import Receive, Scope, Send, SimApp, serve_lifespan
 
 
 class VirtualEngines:
@@ -12,17 +12,10 @@ class VirtualEngines:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
+            await serve_lifespan(receive, send, on_shutdown=self._close)
             return
         await self._apps[scope["server"][1]](scope, receive, send)
 
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                for app in self._apps.values():
-                    await app.close()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+    async def _close(self) -> None:
+        for app in self._apps.values():
+            await app.close()
