@@ -10,7 +10,7 @@ the requests it answered: the cost of one request whatever else runs on the mach
 the requests (1 / engines when the load is even).
 
     .venv/bin/python benchmarks/sim_virtual_engines.py [--engines 32] [--duration 8] [--concurrency 256]
-        [--prompt-words 128] [--max-tokens 16] [--server-cpu 0 --client-cpu 1]
+        [--prompt-words 128] [--max-tokens 16] [--kv-bytes-per-token 16] [--server-cpu 0 --client-cpu 1]
 """
 
 import argparse
@@ -59,7 +59,7 @@ class Result:
 
 
 def start_sim(
-    engines: int, model_args: list[str], cpu: int, log_path: Path
+    engines: int, model_args: list[str], kv_bytes_per_token: int, cpu: int, log_path: Path
 ) -> tuple[subprocess.Popen[bytes], list[int]]:
     command = [
         sys.executable,
@@ -72,7 +72,8 @@ def start_sim(
         "--log-level",
         "warning",
     ]
-    command += ["--virtual-engines", str(engines), "--num-gpu-blocks-override", "16384", *model_args]
+    command += ["--virtual-engines", str(engines), "--num-gpu-blocks-override", "16384"]
+    command += ["--kv-bytes-per-token", str(kv_bytes_per_token), *model_args]
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             ["taskset", "-c", str(cpu), *command], stdout=log, stderr=subprocess.STDOUT
@@ -175,6 +176,12 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=256, help="requests in flight (closed loop)")
     parser.add_argument("--prompt-words", type=int, default=128, help="prompt tokens per request")
     parser.add_argument("--max-tokens", type=int, default=16, help="output tokens per request")
+    parser.add_argument(
+        "--kv-bytes-per-token",
+        type=int,
+        default=16,
+        help="real KV bytes the sim synthesises per token (its default is 1024; small is cheaper, see the doc)",
+    )
     parser.add_argument("--server-cpu", type=int, default=0)
     parser.add_argument("--client-cpu", type=int, default=1)
     args = parser.parse_args()
@@ -185,7 +192,7 @@ def main() -> None:
     print(
         f"\none sim process, {args.engines} virtual engines, server on cpu {args.server_cpu}, client on cpu "
         f"{args.client_cpu}; {args.concurrency} requests in flight, prompts of {args.prompt_words} tokens, "
-        f"{args.max_tokens} output tokens, {args.duration:g} s per row"
+        f"{args.max_tokens} output tokens, --kv-bytes-per-token {args.kv_bytes_per_token}, {args.duration:g} s per row"
     )
     header = f"{'model':<10} {'stream':<6} {'req/s':>7} {'tok/s':>8} {'cpu µs/req':>10} {'p50 ms':>8} {'p99 ms':>8}"
     print(header + f" {'engine max':>10} {'server cpu':>10} {'client cpu':>10} {'load avg':>8}")

@@ -9,7 +9,8 @@ per decoding sequence plus chunks of prompts still in prefill. A step costs
 
 and KV that arrives from the pool or a remote prefill costs, on the receiving engine's link,
 
-    transfer seconds = kv_transfer_latency_ms / 1000 + tokens × kv_transfer_bytes_per_token / (kv_link_gb_per_s × 10⁹)
+    transfer seconds = kv_transfer_latency_ms / 1000
+                       + tokens × kv_transfer_bytes_per_token / (kv_link_gb_per_s × 10⁹)
 
 A rate of 0 (prefill tokens/s, link GB/s) means that part costs nothing.
 """
