@@ -132,8 +132,9 @@ async def load(
 
 
 def measure(args: argparse.Namespace, model: str, stream: bool, workdir: Path) -> Result:
+    log_path = workdir / f"sim-{model}-{stream}.log"
     process, ports = start_sim(
-        args.engines, MODELS[model], args.server_cpu, workdir / f"sim-{model}-{stream}.log"
+        args.engines, MODELS[model], args.kv_bytes_per_token, args.server_cpu, log_path
     )
     try:
         uvloop.run(load(ports, 1.0, args.concurrency, args.prompt_words, args.max_tokens, stream))  # warm-up
