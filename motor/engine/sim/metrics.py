@@ -26,8 +26,18 @@ class EngineMetrics:
     kv_get_failures: int = 0
     injected_errors: int = 0
 
-    def render(self, *, model_name: str, running: int, waiting: int, kv_cache_usage: float) -> str:
-        labels = f'engine="0",model_name="{_escape(model_name)}"'
+    def render(
+        self,
+        *,
+        model_name: str,
+        running: int,
+        waiting: int,
+        kv_cache_usage: float,
+        engine: str = "0",
+        queued_prefill_tokens: int = 0,
+        preemptions: int = 0,
+    ) -> str:
+        labels = f'engine="{_escape(engine)}",model_name="{_escape(model_name)}"'
         lines: list[str] = []
 
         def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
@@ -47,6 +57,15 @@ class EngineMetrics:
         single("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", waiting)
         single(
             "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", kv_cache_usage
+        )
+        single(
+            "vllm:num_preemptions", "counter", "Requests preempted (KV freed, recomputed later).", preemptions
+        )
+        single(
+            "motor_sim_queued_prefill_tokens",
+            "gauge",
+            "Prompt tokens admitted or waiting whose prefill has not been computed yet.",
+            queued_prefill_tokens,
         )
         single("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.", self.prompt_tokens)
         single(
