@@ -23,6 +23,7 @@ from motor.engine.sim.kv_blocks import (
     transfer_key,
 )
 from motor.engine.sim.kv_pool import KvPool
+from motor.engine.sim.latency import LatencyModel
 from motor.engine.sim.metrics import EngineMetrics
 from motor.engine.sim.prefix_cache import HeldBlock, PrefixCache
 from motor.engine.sim.sampling import output_token
@@ -108,10 +109,13 @@ class SimEngine:
         """Yield (token id, finish reason or None) per output token. Close the generator to abort."""
         if self._faults.draw_error():
             self._metrics.injected_errors += 1
+            self._metrics.faults_fired["error_rate"] += 1
             self._metrics.finished["error"] += 1
             raise SimError(500, "injected fault: error_rate (the simulator failed this request on purpose)")
         self._waiting += 1
         try:
+            if self._faults.faults.hang:
+                self._metrics.faults_fired["hang"] += 1
             await self._faults.hold_while_hanging()
             hashes = block_hashes(seq.request.prompt_token_ids, self._config.block_size, self._root)
             prompt_kv = await self._obtain_prompt_kv(seq, hashes)
@@ -159,10 +163,14 @@ class SimEngine:
             prompt_kv.in_pool = await self._pool.present(keys)
             first_missing = next((i for i, present in enumerate(prompt_kv.in_pool) if not present), len(keys))
             keys = keys[len(local) : max(first_missing, len(local))]
+        fetched = 0
         for kv in await self._pool.fetch(keys):
             if kv is None or len(kv) != self._config.block_bytes:
                 break
             prompt_kv.blocks.append(HeldBlock(kv, kv_digest(kv)))
+            fetched += 1
+        if remote_keys is not None:
+            self._metrics.kv_blocks_handed_over += fetched
         return prompt_kv
 
     async def _prefill(self, seq: Sequence, hashes: list[bytes], prompt_kv: _PromptKv) -> bytes:
@@ -181,6 +189,8 @@ class SimEngine:
         )
         context = context_digest([block.digest for block in blocks] + [kv_digest(tail_kv)])
 
+        if self._slowdown() != 1.0 and config.latency != LatencyModel():
+            self._metrics.faults_fired["slowdown"] += 1
         await self._sleep(config.latency.prefill_seconds(len(prompt) - seq.cached_tokens, self._slowdown()))
         for block_hash, block in zip(hashes, blocks, strict=True):
             self._prefix_cache.insert(block_hash, block)

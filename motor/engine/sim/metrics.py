@@ -4,6 +4,8 @@ from dataclasses import dataclass, field
 
 TOKEN_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
 FINISH_REASONS = ("stop", "length", "abort", "error")
+# The faults whose every action is counted (crash_after ends the process: its proof is the exit and its log line).
+COUNTED_FAULTS = ("hang", "slowdown", "error_rate", "kv_put_fail", "kv_get_fail", "kv_corrupt", "health_down")
 
 
 def _escape(value: str) -> str:
@@ -22,9 +24,11 @@ class EngineMetrics:
     finished: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINISH_REASONS, 0))
     kv_blocks_written: int = 0
     kv_blocks_fetched: int = 0
+    kv_blocks_handed_over: int = 0
     kv_put_failures: int = 0
     kv_get_failures: int = 0
     injected_errors: int = 0
+    faults_fired: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTED_FAULTS, 0))
 
     def render(self, *, model_name: str, running: int, waiting: int, kv_cache_usage: float) -> str:
         labels = f'engine="0",model_name="{_escape(model_name)}"'
@@ -92,6 +96,13 @@ class EngineMetrics:
         single(
             "motor_sim_kv_blocks_fetched", "counter", "KV blocks read from the pool.", self.kv_blocks_fetched
         )
+        single(
+            "motor_sim_kv_blocks_handed_over",
+            "counter",
+            "KV blocks read from the pool that a prefill named in kv_transfer_params (its block keys, callback "
+            "answer or transfer manifest), as opposed to blocks found by looking up the prompt's own hashes.",
+            self.kv_blocks_handed_over,
+        )
         single("motor_sim_kv_put_failures", "counter", "Failed KV writes to the pool.", self.kv_put_failures)
         single("motor_sim_kv_get_failures", "counter", "Failed KV reads from the pool.", self.kv_get_failures)
         single(
@@ -99,6 +110,13 @@ class EngineMetrics:
             "counter",
             "Requests failed by the error-rate fault.",
             self.injected_errors,
+        )
+        metric(
+            "motor_sim_faults_fired",
+            "counter",
+            "Times an injected fault acted: requests held (hang), slowed (slowdown) or failed (error_rate), "
+            "pool reads or writes failed or corrupted (kv_*), health probes answered 503 (health_down).",
+            [(f'fault="{fault}"', count) for fault, count in self.faults_fired.items()],
         )
         lines.append("")
         return "\n".join(lines)
