@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from motor.config import Topology
 from motor.config.models import CoordinatorConfig
 from motor.kv.connectors import DispatchProfile
+from motor.protocol.engine import engine_owned_by
 
 ADVERTISE_HOST_VAR = "MOTOR_ADVERTISE_HOST"
 RUN_DIR_VAR = "MOTOR_RUN_DIR"
@@ -23,6 +24,7 @@ class CoordinatorSettings:
     infer_port: int
     mgmt_port: int
     served_models: tuple[str, ...]
+    owned_by: str  # `owned_by` in /v1/models: the configured engine type (the simulator says it is one)
     run_dir: str | None
     controller_token: str | None  # when set, POST /instances/refresh requires it as a bearer token
 
@@ -44,6 +46,7 @@ class CoordinatorSettings:
             infer_port=api.coordinator_api_infer_port,
             mgmt_port=api.coordinator_api_mgmt_port,
             served_models=served_model_names(topology),
+            owned_by=models_owned_by(topology),
             run_dir=environ.get(RUN_DIR_VAR) or None,
             controller_token=environ.get(CONTROLLER_TOKEN_VAR) or None,
         )
@@ -57,3 +60,8 @@ def served_model_names(topology: Topology) -> tuple[str, ...]:
         values = served if isinstance(served, list) else [served]
         names.extend(str(value) for value in values if value)
     return tuple(dict.fromkeys(names))
+
+
+def models_owned_by(topology: Topology) -> str:
+    """What serves the models: the configured roles' engine type (P and D always share one)."""
+    return ", ".join(dict.fromkeys(engine_owned_by(spec.engine_type) for spec in topology.roles.values()))
