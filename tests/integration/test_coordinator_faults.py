@@ -377,7 +377,7 @@ async def test_kv_and_health_faults_still_give_the_right_tokens(
     counters = {
         "put_failures": (cluster.prefills, "motor_sim_kv_put_failures_total"),
         "get_failures": (cluster.decodes, "motor_sim_kv_get_failures_total"),
-        "handed_over": (cluster.decodes, "motor_sim_kv_blocks_handed_over_total"),
+        "transferred": (cluster.decodes, 'vllm:prompt_tokens_cached_by_source_total{source="p2p"}'),
         "external": (cluster.decodes, 'vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}'),
         "fired": (cluster.all, f'motor_sim_faults_fired_total{{fault="{fault}"}}'),
     }
@@ -389,12 +389,12 @@ async def test_kv_and_health_faults_still_give_the_right_tokens(
         # the probe answers 503 on every engine while requests are still served
         for engine in cluster.all:
             assert httpx.get(f"{engine.base_url}/health").status_code == 503
-        assert grown["handed_over"] == 4 * 2  # the KV path is untouched: 2 full blocks per 40-token prompt
+        assert grown["transferred"] == 4 * 32  # the KV path is untouched: 2 full blocks per 40-token prompt
     else:
         # every prefill's write (kv_put_fail) or every decode's read (kv_get_fail) failed: no KV was handed over
         failures = grown["put_failures"] if fault == "kv_put_fail" else grown["get_failures"]
         assert failures == grown["fired"] == 4, grown
-        assert grown["handed_over"] == grown["external"] == 0, grown
+        assert grown["transferred"] == grown["external"] == 0, grown
     for response in responses:
         assert response.status_code == 200, response.text
         assert_oracle_tokens(response.json())

@@ -67,6 +67,7 @@ class _PromptKv:
     blocks: list[HeldBlock]
     local_hits: int = 0
     in_pool: list[bool] | None = None  # per shareable block, when the pool was asked
+    handed_over: bool = False  # the pool blocks are the ones a prefill named in kv_transfer_params
 
 
 class SimEngine:
@@ -163,14 +164,11 @@ class SimEngine:
             prompt_kv.in_pool = await self._pool.present(keys)
             first_missing = next((i for i, present in enumerate(prompt_kv.in_pool) if not present), len(keys))
             keys = keys[len(local) : max(first_missing, len(local))]
-        fetched = 0
+        prompt_kv.handed_over = remote_keys is not None
         for kv in await self._pool.fetch(keys):
             if kv is None or len(kv) != self._config.block_bytes:
                 break
             prompt_kv.blocks.append(HeldBlock(kv, kv_digest(kv)))
-            fetched += 1
-        if remote_keys is not None:
-            self._metrics.kv_blocks_handed_over += fetched
         return prompt_kv
 
     async def _prefill(self, seq: Sequence, hashes: list[bytes], prompt_kv: _PromptKv) -> bytes:
@@ -208,6 +206,9 @@ class SimEngine:
         metrics.prompt_tokens_by_source["local_cache_hit"] += local_tokens
         metrics.prompt_tokens_by_source["external_kv_transfer"] += external_tokens
         metrics.prompt_tokens_by_source["local_compute"] += num_prompt - seq.cached_tokens
+        metrics.prompt_tokens_cached_by_source["device"] += local_tokens
+        external_tier = "p2p" if prompt_kv.handed_over else "external_unspecified"
+        metrics.prompt_tokens_cached_by_source[external_tier] += external_tokens
         if self._config.enable_prefix_caching:
             metrics.prefix_cache_queries += num_prompt
             metrics.prefix_cache_hits += local_tokens

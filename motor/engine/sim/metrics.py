@@ -3,6 +3,9 @@
 from dataclasses import dataclass, field
 
 TOKEN_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
+# vLLM's cache tiers for cached prompt tokens: the sim's local prefix cache is "device", KV a prefill handed over
+# through kv_transfer_params is "p2p", blocks found in the pool by the prompt's own hashes "external_unspecified".
+CACHE_HIT_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
 FINISH_REASONS = ("stop", "length", "abort", "error")
 # The faults whose every action is counted (crash_after ends the process: its proof is the exit and its log line).
 COUNTED_FAULTS = ("hang", "slowdown", "error_rate", "kv_put_fail", "kv_get_fail", "kv_corrupt", "health_down")
@@ -17,6 +20,9 @@ class EngineMetrics:
     prompt_tokens: int = 0
     generation_tokens: int = 0
     prompt_tokens_by_source: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_SOURCES, 0))
+    prompt_tokens_cached_by_source: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(CACHE_HIT_SOURCES, 0)
+    )
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
     external_prefix_cache_queries: int = 0
@@ -24,7 +30,6 @@ class EngineMetrics:
     finished: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINISH_REASONS, 0))
     kv_blocks_written: int = 0
     kv_blocks_fetched: int = 0
-    kv_blocks_handed_over: int = 0
     kv_put_failures: int = 0
     kv_get_failures: int = 0
     injected_errors: int = 0
@@ -65,6 +70,13 @@ class EngineMetrics:
             "Number of prompt tokens by source.",
             [(f'source="{source}"', count) for source, count in self.prompt_tokens_by_source.items()],
         )
+        metric(
+            "vllm:prompt_tokens_cached_by_source",
+            "counter",
+            "Prefix-cache hit tokens by the cache tier that supplied them: device (the local prefix cache), p2p "
+            "(handed over by a prefill through kv_transfer_params) or external_unspecified (found in the pool).",
+            [(f'source="{source}"', count) for source, count in self.prompt_tokens_cached_by_source.items()],
+        )
         single(
             "vllm:prefix_cache_queries",
             "counter",
@@ -95,13 +107,6 @@ class EngineMetrics:
         )
         single(
             "motor_sim_kv_blocks_fetched", "counter", "KV blocks read from the pool.", self.kv_blocks_fetched
-        )
-        single(
-            "motor_sim_kv_blocks_handed_over",
-            "counter",
-            "KV blocks read from the pool that a prefill named in kv_transfer_params (its block keys, callback "
-            "answer or transfer manifest), as opposed to blocks found by looking up the prompt's own hashes.",
-            self.kv_blocks_handed_over,
         )
         single("motor_sim_kv_put_failures", "counter", "Failed KV writes to the pool.", self.kv_put_failures)
         single("motor_sim_kv_get_failures", "counter", "Failed KV reads from the pool.", self.kv_get_failures)
