@@ -63,7 +63,7 @@ class InferenceApp:
             await send_error(send, error)
             return
         data = [
-            {"id": m, "object": "model", "created": self.created, "owned_by": "motor"}
+            {"id": m, "object": "model", "created": self.created, "owned_by": core.settings.owned_by}
             for m in sorted(core.models())
         ]
         await send_json(send, 200, {"object": "list", "data": data})

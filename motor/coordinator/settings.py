@@ -7,6 +7,7 @@ from pathlib import Path
 
 from motor.config.models import CoordinatorConfig
 from motor.kv.connectors import DispatchProfile
+from motor.protocol.engine import engine_owned_by
 from motor.protocol.instances import InstanceRole
 from motor.protocol.specs import CoordinatorSpec
 
@@ -22,6 +23,7 @@ class CoordinatorSettings:
     mgmt_port: int
     served_models: tuple[str, ...]
     engine_types: tuple[str, ...]
+    owned_by: str  # `owned_by` in /v1/models: the configured engine types (the simulator says it is one)
     run_dir: str | None
     spec_path: Path | None  # where workers of a multi-worker coordinator read the same spec
     controller_token: str | None  # when set, POST /instances/refresh requires it as a bearer token
@@ -40,6 +42,7 @@ class CoordinatorSettings:
             mgmt_port=spec.mgmt_port,
             served_models=tuple(spec.served_models),
             engine_types=tuple(spec.engine_types),
+            owned_by=", ".join(dict.fromkeys(engine_owned_by(t) for t in spec.engine_types)),
             run_dir=spec.run_dir,
             spec_path=spec_path,
             controller_token=spec.controller_token.resolve(environ) or None,

@@ -1,11 +1,13 @@
 """examples/sim deployed by the local backend (real mooncake_master, controller, coordinator, node managers,
-sim engines): PD requests through the pool, status, a refused second deploy, and a stop that leaves nothing."""
+sim engines): PD requests whose KV the decode engine receives from the prefill (every dispatch profile),
+status, a refused second deploy, and a stop that leaves nothing."""
 
 import io
 import re
 from collections.abc import Callable
 from contextlib import redirect_stdout
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,8 +17,57 @@ from motor.pool.metrics import scrape_pool
 from motor.pool.net import free_port_block
 from motor.runtime.processes import start_ticks
 from tests.fixtures.control import LocalRun
+from tests.fixtures.kv_handover import assert_kv_handover, decode_counters
 
 PROMPT = " ".join(f"word{i}" for i in range(200))
+BLOCK_SIZE = 16  # examples/sim's block_size
+# The transfer connector (connectors[0] of the example's MultiConnector) that selects each other profile.
+TRANSFER_CONNECTORS = {"decode_first": "MooncakeLayerwiseConnector", "concurrent": "MooncakeConnector"}
+
+
+def decode_url(run: LocalRun) -> str:
+    """decode-0's engine, as the coordinator has it registered."""
+    instances = httpx.get(f"{run.mgmt_url}/instances", timeout=10).json()["instances"]
+    (endpoint,) = next(i for i in instances if i["id"] == "decode-0")["endpoints"]
+    return f"http://{endpoint['host']}:{endpoint['port']}"
+
+
+def serve_and_check_handover(run: LocalRun, requests: int = 3) -> None:
+    """Chat requests with fresh prompts through the coordinator; the decode engine got their KV by transfer."""
+    decode = decode_url(run)
+    before = decode_counters(decode)
+    prompt_tokens = []
+    with httpx.Client(base_url=run.api_url, timeout=60) as client:
+        for index in range(requests):
+            response = client.post(
+                "/v1/chat/completions",
+                json={
+                    "model": "sim-model",
+                    "messages": [{"role": "user", "content": f"{index} {PROMPT}"}],
+                    "max_tokens": 8,
+                },
+            )
+            assert response.status_code == 200, response.text
+            assert response.json()["usage"]["completion_tokens"] == 8
+            prompt_tokens.append(response.json()["usage"]["prompt_tokens"])
+    assert_kv_handover(before, decode_counters(decode), prompt_tokens, BLOCK_SIZE)
+
+
+def transfer_override(profile: str) -> dict[str, Any]:
+    """examples/sim with another transfer connector in front of the pool connector."""
+    sections = {}
+    for section, kv_role in (
+        ("motor_engine_prefill_config", "kv_producer"),
+        ("motor_engine_decode_config", "kv_consumer"),
+    ):
+        connectors = [
+            {"kv_connector": TRANSFER_CONNECTORS[profile], "kv_role": kv_role},
+            {"kv_connector": "MooncakeStoreConnector", "kv_role": kv_role},
+        ]
+        sections[section] = {
+            "engine_config": {"kv_transfer_config": {"kv_connector_extra_config": {"connectors": connectors}}}
+        }
+    return sections
 
 
 def descendants(pid: int) -> list[int]:
@@ -37,18 +88,7 @@ def test_deploy_serve_status_refuse_and_stop(
     shown = capsys.readouterr().out
     assert f"endpoint: {run.api_url}/v1" in shown and "curl" in shown
 
-    with httpx.Client(base_url=run.api_url, timeout=60) as client:
-        for _ in range(3):
-            response = client.post(
-                "/v1/chat/completions",
-                json={
-                    "model": "sim-model",
-                    "messages": [{"role": "user", "content": PROMPT}],
-                    "max_tokens": 8,
-                },
-            )
-            assert response.status_code == 200, response.text
-            assert response.json()["usage"]["completion_tokens"] == 8
+    serve_and_check_handover(run)  # prefill_first: the example's MooncakeConnectorV1
     # the prefill engine wrote the prompt's KV blocks into the pool, the decode engine read them from there
     pool = scrape_pool(run.state()["pool_metrics_url"])
     assert pool.put_requests > 0 and pool.get_hits > 0
@@ -78,6 +118,18 @@ def test_deploy_serve_status_refuse_and_stop(
     assert not (run.run_dir / "state.json").exists()
     assert status_local(run.run_root, run.job_id) == 1
     assert stop_local(run.run_root, None) == 0  # nothing left to stop
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("profile", sorted(TRANSFER_CONNECTORS))
+def test_every_other_profile_hands_the_kv_over(
+    local_run: Callable[..., LocalRun], capsys: pytest.CaptureFixture[str], profile: str
+) -> None:
+    run = local_run(overrides=transfer_override(profile))
+    assert run.plan_and_deploy() == 0
+    assert f"dispatch profile {profile}" in capsys.readouterr().out
+    serve_and_check_handover(run)
+    assert stop_local(run.run_root, run.job_id) == 0
 
 
 def test_a_component_that_fails_to_start_fails_the_deploy_and_leaves_nothing(

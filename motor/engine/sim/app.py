@@ -145,6 +145,7 @@ class SimApp:
 
     async def _health(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._faults.faults.health_down:
+            self._metrics.faults_fired["health_down"] += 1
             await _send_error(send, SimError(503, "unhealthy (injected fault health_down)"))
         else:
             await _send_bytes(send, 200, b"", [])

@@ -6,8 +6,9 @@ from motor.config.transfer import KvRole
 from motor.engine.sim.capacity import CapacityModel
 from motor.engine.sim.faults import Faults
 from motor.engine.sim.latency import LatencyModel
+from motor.protocol.engine import SIM_OWNED_BY
 
-OWNED_BY = "motor-sim (simulator, not inference)"
+OWNED_BY = SIM_OWNED_BY
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from motor.engine.sim.kv_blocks import (
     transfer_key,
 )
 from motor.engine.sim.kv_pool import KvPool
+from motor.engine.sim.latency import LatencyModel
 from motor.engine.sim.metrics import EngineMetrics
 from motor.engine.sim.prefix_cache import HeldBlock, PrefixCache
 from motor.engine.sim.sampling import output_token
@@ -69,6 +70,7 @@ class _PromptKv:
     blocks: list[HeldBlock]
     local_hits: int = 0
     in_pool: list[bool] | None = None  # per shareable block, when the pool was asked
+    handed_over: bool = False  # the pool blocks are the ones a prefill named in kv_transfer_params
 
 
 class SimEngine:
@@ -147,10 +149,13 @@ class SimEngine:
         prefill) and, for the latency model, a batch slot. The request counts as waiting meanwhile."""
         if self._faults.draw_error():
             self._metrics.injected_errors += 1
+            self._metrics.faults_fired["error_rate"] += 1
             self._metrics.finished["error"] += 1
             raise SimError(500, "injected fault: error_rate (the simulator failed this request on purpose)")
         self._waiting += 1
         try:
+            if self._faults.faults.hang:
+                self._metrics.faults_fired["hang"] += 1
             await self._faults.hold_while_hanging()
             hashes = block_hashes(seq.request.prompt_token_ids, self._config.block_size, self._root)
             prompt_kv = await self._obtain_prompt_kv(seq, hashes)
@@ -245,6 +250,7 @@ class SimEngine:
             prompt_kv.in_pool = await self._pool.present(keys)
             first_missing = next((i for i, present in enumerate(prompt_kv.in_pool) if not present), len(keys))
             keys = keys[len(local) : max(first_missing, len(local))]
+        prompt_kv.handed_over = remote_keys is not None
         for kv in await self._pool.fetch(keys):
             if kv is None or len(kv) != self._config.block_bytes:
                 break
@@ -256,8 +262,11 @@ class SimEngine:
         context = self._compute_prompt_kv(seq, hashes, prompt_kv)
         uncached = len(seq.request.prompt_token_ids) - seq.cached_tokens
         self._prefilling_tokens += uncached
+        latency = self._config.latency
+        if self._slowdown() != 1.0 and latency != LatencyModel():
+            self._metrics.faults_fired["slowdown"] += 1
         try:
-            await self._sleep(self._config.latency.prefill_seconds(uncached, self._slowdown()))
+            await self._sleep(latency.prefill_seconds(uncached, self._slowdown()))
         finally:
             self._prefilling_tokens -= uncached
         await self._publish_prompt_kv(seq, hashes, prompt_kv)
@@ -296,6 +305,9 @@ class SimEngine:
         metrics.prompt_tokens_by_source["local_cache_hit"] += local_tokens
         metrics.prompt_tokens_by_source["external_kv_transfer"] += external_tokens
         metrics.prompt_tokens_by_source["local_compute"] += num_prompt - seq.cached_tokens
+        metrics.prompt_tokens_cached_by_source["device"] += local_tokens
+        external_tier = "p2p" if prompt_kv.handed_over else "external_unspecified"
+        metrics.prompt_tokens_cached_by_source[external_tier] += external_tokens
         if self._config.enable_prefix_caching:
             metrics.prefix_cache_queries += num_prompt
             metrics.prefix_cache_hits += local_tokens

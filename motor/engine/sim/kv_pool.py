@@ -57,6 +57,7 @@ class KvPool:
         faults = self._faults.faults
         if faults.kv_get_fail:
             self._metrics.kv_get_failures += 1
+            self._metrics.faults_fired["kv_get_fail"] += 1
             log.warning("fault kv_get_fail: reading %d KV blocks fails", len(keys))
             return [None] * len(keys)
         try:
@@ -67,6 +68,7 @@ class KvPool:
             return [None] * len(keys)
         self._metrics.kv_blocks_fetched += sum(value is not None for value in values)
         if faults.kv_corrupt:
+            self._metrics.faults_fired["kv_corrupt"] += 1
             log.warning("fault kv_corrupt: flipping bytes in %d fetched KV blocks", len(values))
             return [None if value is None else corrupt(value) for value in values]
         return values
@@ -77,6 +79,7 @@ class KvPool:
             return None
         if self._faults.faults.kv_put_fail:
             self._metrics.kv_put_failures += 1
+            self._metrics.faults_fired["kv_put_fail"] += 1
             return "KV write to the pool failed (injected fault kv_put_fail)"
         try:
             await self._call(self._client.put_batch, items)

@@ -3,7 +3,12 @@
 from dataclasses import dataclass, field
 
 TOKEN_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
+# vLLM's cache tiers for cached prompt tokens: the sim's local prefix cache is "device", KV a prefill handed over
+# through kv_transfer_params is "p2p", blocks found in the pool by the prompt's own hashes "external_unspecified".
+CACHE_HIT_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
 FINISH_REASONS = ("stop", "length", "abort", "error")
+# The faults whose every action is counted (crash_after ends the process: its proof is the exit and its log line).
+COUNTED_FAULTS = ("hang", "slowdown", "error_rate", "kv_put_fail", "kv_get_fail", "kv_corrupt", "health_down")
 
 
 def _escape(value: str) -> str:
@@ -15,6 +20,9 @@ class EngineMetrics:
     prompt_tokens: int = 0
     generation_tokens: int = 0
     prompt_tokens_by_source: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_SOURCES, 0))
+    prompt_tokens_cached_by_source: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(CACHE_HIT_SOURCES, 0)
+    )
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
     external_prefix_cache_queries: int = 0
@@ -25,6 +33,7 @@ class EngineMetrics:
     kv_put_failures: int = 0
     kv_get_failures: int = 0
     injected_errors: int = 0
+    faults_fired: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTED_FAULTS, 0))
 
     def render(
         self,
@@ -80,6 +89,13 @@ class EngineMetrics:
             "Number of prompt tokens by source.",
             [(f'source="{source}"', count) for source, count in self.prompt_tokens_by_source.items()],
         )
+        metric(
+            "vllm:prompt_tokens_cached_by_source",
+            "counter",
+            "Prefix-cache hit tokens by the cache tier that supplied them: device (the local prefix cache), p2p "
+            "(handed over by a prefill through kv_transfer_params) or external_unspecified (found in the pool).",
+            [(f'source="{source}"', count) for source, count in self.prompt_tokens_cached_by_source.items()],
+        )
         single(
             "vllm:prefix_cache_queries",
             "counter",
@@ -118,6 +134,13 @@ class EngineMetrics:
             "counter",
             "Requests failed by the error-rate fault.",
             self.injected_errors,
+        )
+        metric(
+            "motor_sim_faults_fired",
+            "counter",
+            "Times an injected fault acted: requests held (hang), slowed (slowdown) or failed (error_rate), "
+            "pool reads or writes failed or corrupted (kv_*), health probes answered 503 (health_down).",
+            [(f'fault="{fault}"', count) for fault, count in self.faults_fired.items()],
         )
         lines.append("")
         return "\n".join(lines)
