@@ -27,10 +27,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 
+from motor import __version__
 from motor.coordinator.app_mgmt import ManagementApp
 from motor.coordinator.control_channel import open_channel, read_message, write_message
 from motor.coordinator.limits import SharedState
-from motor.coordinator.metrics import InstanceCollector
+from motor.coordinator.metrics import InfoCollector, InstanceCollector
 from motor.coordinator.registry import InstanceRegistry
 from motor.coordinator.server import listen_socket, make_server, serve
 from motor.coordinator.settings import CoordinatorSettings
@@ -92,6 +93,7 @@ class Supervisor:
         self._prometheus = CollectorRegistry()
         multiprocess.MultiProcessCollector(self._prometheus, path=str(self._prometheus_dir))
         self._prometheus.register(InstanceCollector(lambda: self.registry.role_states().items()))
+        self._prometheus.register(InfoCollector(self.profile, __version__))
 
     # ---- Control (management API) --------------------------------------------------------------------------
 
