@@ -51,6 +51,11 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     deploy.add_argument(
         "--create-namespace", action="store_true", help="create the job's namespace (= job_id)"
     )
+    deploy.add_argument(
+        "--prometheus-operator",
+        action="store_true",
+        help="Kubernetes: also create a PodMonitor and a PrometheusRule (needs the prometheus-operator's CRDs)",
+    )
     _add_cluster_arguments(deploy)
     deploy.set_defaults(handler=run_deploy)
 
@@ -120,7 +125,13 @@ def _dry_run(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace)
 
     plan = build_plan(topology, target="kubernetes")
     try:
-        files = build_manifests(plan, topology, texts, create_namespace=args.create_namespace)
+        files = build_manifests(
+            plan,
+            topology,
+            texts,
+            create_namespace=args.create_namespace,
+            prometheus_operator=args.prometheus_operator,
+        )
     except ValueError as exc:
         print(f"motor: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -138,7 +149,13 @@ def _dry_run(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace)
 def _deploy_kubernetes(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace) -> int:
     from motor.deploy.k8s import backend
 
-    job = backend.Job(build_plan(topology, target="kubernetes"), topology, texts, args.create_namespace)
+    job = backend.Job(
+        build_plan(topology, target="kubernetes"),
+        topology,
+        texts,
+        args.create_namespace,
+        args.prometheus_operator,
+    )
     if args.update_config:
         operation: Callable[..., int] = backend.update_config
     elif args.update_instance_num:
