@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from motor.cli.config_args import EXIT_USAGE, add_config_arguments, config_paths, load_topology
 from motor.config import Topology
@@ -74,6 +74,16 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                 action="store_true",
                 help="with --k8s: also delete the namespace if motor created it",
             )
+        else:
+            parser.add_argument(
+                "--watch", action="store_true", help="local: redraw every --interval seconds until Ctrl-C"
+            )
+            parser.add_argument(
+                "--interval",
+                type=float,
+                default=2.0,
+                help="with --watch: seconds between redraws (default 2)",
+            )
         _add_cluster_arguments(parser)
         parser.set_defaults(handler=handler)
 
@@ -115,7 +125,7 @@ def run_deploy(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_USAGE
-        return _deploy_local(topology, _run_root(args))
+        return _deploy_local(topology, run_root(args))
     return _deploy_kubernetes(topology, texts, args)
 
 
@@ -171,7 +181,7 @@ def _deploy_kubernetes(topology: Topology, texts: "ConfigTexts", args: argparse.
 
 
 def _deploy_local(topology: Topology, run_root: Path) -> int:
-    deploy_local = _local_backend("deploy_local")
+    deploy_local = local_backend("deploy_local")
     if deploy_local is None:
         return EXIT_FAILED
     job_dir = run_root / topology.user.motor_deploy_config.job_id
@@ -183,6 +193,16 @@ def _deploy_local(topology: Topology, run_root: Path) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    if args.watch:
+        if args.k8s:
+            print(
+                "motor: --watch shows local jobs; for Kubernetes use `kubectl get pods -w`", file=sys.stderr
+            )
+            return EXIT_USAGE
+        if args.interval <= 0:
+            print("motor: --interval must be > 0 seconds", file=sys.stderr)
+            return EXIT_USAGE
+        return _job_command(args, "watch_local", "status", interval=args.interval)
     return _job_command(args, "status_local", "status")
 
 
@@ -190,7 +210,9 @@ def run_stop(args: argparse.Namespace) -> int:
     return _job_command(args, "stop_local", "delete")
 
 
-def _job_command(args: argparse.Namespace, local_name: str, kubernetes_name: str) -> int:
+def _job_command(
+    args: argparse.Namespace, local_name: str, kubernetes_name: str, **local_options: Any
+) -> int:
     job_id = args.job_id
     if job_id is None and (args.config_dir or args.user_config or args.env_config):
         topology = load_topology(args)
@@ -198,10 +220,10 @@ def _job_command(args: argparse.Namespace, local_name: str, kubernetes_name: str
             return topology
         job_id = topology.user.motor_deploy_config.job_id
     if not args.k8s:
-        local = _local_backend(local_name)
+        local = local_backend(local_name)
         if local is None:
             return EXIT_FAILED
-        return int(local(_run_root(args), job_id))
+        return int(local(run_root(args), job_id, **local_options))
     if job_id is None:
         print("motor: --k8s needs the job: give --job-id or the config (--config-dir)", file=sys.stderr)
         return EXIT_USAGE
@@ -218,12 +240,12 @@ def _job_command(args: argparse.Namespace, local_name: str, kubernetes_name: str
 # ---- shared -----------------------------------------------------------------------------------------------
 
 
-def _run_root(args: argparse.Namespace) -> Path:
+def run_root(args: argparse.Namespace) -> Path:
     root = args.run_root or Path(os.environ.get(RUN_ROOT_ENV) or DEFAULT_RUN_ROOT)
     return root.resolve()
 
 
-def _local_backend(function: str) -> Callable[..., int] | None:
+def local_backend(function: str) -> Callable[..., int] | None:
     """`function` of motor.deploy.local, which another part of motor provides; None (and a message) if absent."""
     try:
         local: ModuleType | None = importlib.import_module("motor.deploy.local")

@@ -13,6 +13,7 @@ import httpx
 import pytest
 import yaml
 
+from motor.cli.main import main
 from motor.deploy.prometheus import CONFIG_FILE, PROMETHEUS_DIR
 from motor.observability.dashboard import JOB_VARIABLE, RATE_WINDOW, build_dashboard, panel_queries
 from tests.fixtures.control import LocalRun
@@ -75,13 +76,17 @@ def test_every_dashboard_query_returns_data(
     local_run: Callable[..., LocalRun],
     prometheus_servers: Callable[..., PrometheusServer],
     tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     run = local_run(
         overrides={"motor_coordinator_config": {"exception_config": {"max_retry": 1, "retry_delay": 0.05}}}
     )
     assert run.plan_and_deploy() == 0
 
-    written = yaml.safe_load((run.run_dir / PROMETHEUS_DIR / CONFIG_FILE).read_text())
+    capsys.readouterr()
+    assert main(["prometheus-config", "--job-id", run.job_id, "--run-root", str(run.run_root)]) == 0
+    written = yaml.safe_load(capsys.readouterr().out)
+    assert written == yaml.safe_load((run.run_dir / PROMETHEUS_DIR / CONFIG_FILE).read_text())
     written["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump(written))

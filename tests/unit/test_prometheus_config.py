@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from motor.cli.main import main
 from motor.config import Topology
 from motor.deploy.plan import Plan, build_plan
 from motor.deploy.prometheus import (
@@ -106,3 +107,30 @@ def test_promtool_accepts_the_inline_config(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(prometheus_config(plan, scrape_interval="1s")))
     checked = subprocess.run([str(PROMTOOL), "check", "config", str(path)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@needs_promtool
+def test_cli_writes_files_promtool_accepts_and_prints_an_inline_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "sim"
+    output = tmp_path / "prom"
+    assert main(["prometheus-config", "--config-dir", str(example), "--output", str(output)]) == 0
+    assert {p.name for p in output.iterdir()} == {CONFIG_FILE, TARGETS_FILE, RULES_FILE}
+    checked = subprocess.run(
+        [str(PROMTOOL), "check", "config", str(output / CONFIG_FILE)], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    capsys.readouterr()
+    assert main(["prometheus-config", "--config-dir", str(example)]) == 0
+    inline = yaml.safe_load(capsys.readouterr().out)
+    groups = inline["scrape_configs"][0]["static_configs"]
+    assert {g["labels"]["instance"] for g in groups} == {
+        "kv-pool",
+        "controller",
+        "coordinator",
+        "prefill-0",
+        "decode-0",
+    }
+    assert main(["prometheus-config"]) == 2
+    assert main(["prometheus-config", "--job-id", "never-deployed", "--run-root", str(tmp_path)]) == 1
