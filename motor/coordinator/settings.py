@@ -25,6 +25,7 @@ class CoordinatorSettings:
     served_models: tuple[str, ...]
     run_dir: str | None
     controller_token: str | None  # when set, POST /instances/refresh requires it as a bearer token
+    engine_types: tuple[str, ...] = ()  # of the configured roles, for GET /version
 
     @classmethod
     def from_topology(
@@ -46,6 +47,7 @@ class CoordinatorSettings:
             served_models=served_model_names(topology),
             run_dir=environ.get(RUN_DIR_VAR) or None,
             controller_token=environ.get(CONTROLLER_TOKEN_VAR) or None,
+            engine_types=tuple(sorted({spec.engine_type for spec in topology.roles.values()})),
         )
 
 
