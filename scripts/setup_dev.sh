@@ -16,7 +16,8 @@ printf 'motor dev setup (details in %s)\n' "$MOTOR_SETUP_LOG"
 
 missing=()
 for package in "${apt_packages[@]}"; do
-    dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+    # "install ok installed": a removed package whose config files remain is not installed
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
 if ((${#missing[@]})); then
     sudo_cmd=()
