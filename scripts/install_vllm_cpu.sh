@@ -40,7 +40,7 @@ wanted="$(sha256sum "$repo_dir/pyproject.toml" | cut -d' ' -f1) $extras"
 vllm_wanted=0
 [[ ",$extras," == *",vllm,"* ]] && vllm_wanted=1
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$wanted" ]] &&
-    { ((!vllm_wanted)) || "$venv_dir/bin/python" -c "import vllm" 2>/dev/null; }; then
+    { ((!vllm_wanted)) || "$venv_dir/bin/python" -c "import importlib.util as u, sys; sys.exit(not u.find_spec('vllm'))"; }; then
     note "pip: motor[$extras] already installed in $venv_dir (pyproject.toml unchanged)"
 else
     rm -f "$stamp"
