@@ -63,7 +63,7 @@ for package in "${broken_cuda_packages[@]}"; do
     fi
 done
 if ((${#installed[@]})); then
-    step "fixes: remove ${installed[*]} (CUDA builds that break imports with the CPU torch)" \
+    step "fixes: remove ${installed[*]} (CUDA builds)" \
         "${pip[@]}" uninstall --quiet --yes "${installed[@]}"
 fi
 
