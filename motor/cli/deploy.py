@@ -125,7 +125,7 @@ def run_deploy(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_USAGE
-        return _deploy_local(topology, run_root(args))
+        return _deploy_local(topology, _run_root(args))
     return _deploy_kubernetes(topology, texts, args)
 
 
@@ -181,7 +181,7 @@ def _deploy_kubernetes(topology: Topology, texts: "ConfigTexts", args: argparse.
 
 
 def _deploy_local(topology: Topology, run_root: Path) -> int:
-    deploy_local = local_backend("deploy_local")
+    deploy_local = _local_backend("deploy_local")
     if deploy_local is None:
         return EXIT_FAILED
     job_dir = run_root / topology.user.motor_deploy_config.job_id
@@ -220,10 +220,10 @@ def _job_command(
             return topology
         job_id = topology.user.motor_deploy_config.job_id
     if not args.k8s:
-        local = local_backend(local_name)
+        local = _local_backend(local_name)
         if local is None:
             return EXIT_FAILED
-        return int(local(run_root(args), job_id, **local_options))
+        return int(local(_run_root(args), job_id, **local_options))
     if job_id is None:
         print("motor: --k8s needs the job: give --job-id or the config (--config-dir)", file=sys.stderr)
         return EXIT_USAGE
@@ -240,12 +240,12 @@ def _job_command(
 # ---- shared -----------------------------------------------------------------------------------------------
 
 
-def run_root(args: argparse.Namespace) -> Path:
+def _run_root(args: argparse.Namespace) -> Path:
     root = args.run_root or Path(os.environ.get(RUN_ROOT_ENV) or DEFAULT_RUN_ROOT)
     return root.resolve()
 
 
-def local_backend(function: str) -> Callable[..., int] | None:
+def _local_backend(function: str) -> Callable[..., int] | None:
     """`function` of motor.deploy.local, which another part of motor provides; None (and a message) if absent."""
     try:
         local: ModuleType | None = importlib.import_module("motor.deploy.local")

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from motor.cli.config_args import EXIT_USAGE, add_config_arguments, config_paths, load_topology
-from motor.cli.deploy import RUN_ROOT_ENV, local_backend, run_root
+from motor.cli.deploy import _run_root as run_root  # one definition of the run root for every subcommand
 from motor.config import ConfigError, load_config
 from motor.deploy.local.state import job_dir
 from motor.deploy.plan import build_plan
@@ -64,7 +64,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 def _add_run_root(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--run-root", type=Path, help=f"where run directories live (default ${RUN_ROOT_ENV} or ./.motor)"
+        "--run-root", type=Path, help="where run directories live (default $MOTOR_RUN_ROOT or ./.motor)"
     )
 
 
@@ -136,9 +136,8 @@ def run_dashboard(args: argparse.Namespace) -> int:
 
 
 def run_logs(args: argparse.Namespace) -> int:
-    logs_local = local_backend("logs_local")
-    if logs_local is None:
-        return EXIT_FAILED
+    from motor.deploy.local import logs_local
+
     return int(
         logs_local(
             run_root(args),
