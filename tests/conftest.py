@@ -3,5 +3,6 @@ pytest_plugins: list[str] = [
     "tests.fixtures.coordinator",
     "tests.fixtures.etcd",
     "tests.fixtures.pool",
+    "tests.fixtures.prometheus",
     "tests.fixtures.sim",
 ]

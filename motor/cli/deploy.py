@@ -8,6 +8,7 @@ nothing.
 """
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -66,6 +67,11 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         help="deploy_mode for a config that sets none (default: local when the topology fits this host, "
         "else stop and say how to deploy on Kubernetes)",
     )
+    deploy.add_argument(
+        "--prometheus-operator",
+        action="store_true",
+        help="Kubernetes: also create a PodMonitor and a PrometheusRule (needs the prometheus-operator's CRDs)",
+    )
     _add_cluster_arguments(deploy)
     deploy.set_defaults(handler=run_deploy)
 
@@ -83,6 +89,16 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                 "--delete-namespace",
                 action="store_true",
                 help="with --k8s: also delete the namespace if motor created it",
+            )
+        else:
+            parser.add_argument(
+                "--watch", action="store_true", help="local: redraw every --interval seconds until Ctrl-C"
+            )
+            parser.add_argument(
+                "--interval",
+                type=float,
+                default=2.0,
+                help="with --watch: seconds between redraws (default 2)",
             )
         _add_cluster_arguments(parser)
         parser.set_defaults(handler=handler)
@@ -177,7 +193,13 @@ def _dry_run(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace)
     if isinstance(plan, int):
         return plan
     try:
-        files = build_manifests(plan, topology, texts, create_namespace=args.create_namespace)
+        files = build_manifests(
+            plan,
+            topology,
+            texts,
+            create_namespace=args.create_namespace,
+            prometheus_operator=args.prometheus_operator,
+        )
     except ValueError as exc:
         print(f"motor: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -198,7 +220,7 @@ def _deploy_kubernetes(topology: Topology, texts: "ConfigTexts", args: argparse.
     plan = _plan(topology, "kubernetes")
     if isinstance(plan, int):
         return plan
-    job = backend.Job(plan, topology, texts, args.create_namespace)
+    job = backend.Job(plan, topology, texts, args.create_namespace, args.prometheus_operator)
     if args.update_config:
         operation: Callable[..., int] = backend.update_config
     elif args.update_instance_num:
@@ -234,6 +256,16 @@ def _plan(topology: Topology, target: Target, **where: str) -> Plan | int:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    if args.watch:
+        if args.k8s:
+            print(
+                "motor: --watch shows local jobs; for Kubernetes use `kubectl get pods -w`", file=sys.stderr
+            )
+            return EXIT_USAGE
+        if args.interval <= 0:
+            print("motor: --interval must be > 0 seconds", file=sys.stderr)
+            return EXIT_USAGE
+        return _job_command(args, functools.partial(local.watch_local, interval=args.interval), "status")
     return _job_command(args, local.status_local, "status")
 
 

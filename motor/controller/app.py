@@ -1,4 +1,4 @@
-"""The controller's HTTP API (aiohttp): register, heartbeat, terminate, instance listing and probes."""
+"""The controller's HTTP API (aiohttp): register, heartbeat, terminate, instance listing, probes and metrics."""
 
 import hmac
 import logging
@@ -6,8 +6,10 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, ValidationError
 
+from motor.controller.metrics import controller_registry
 from motor.controller.service import Controller, UnknownInstance
 from motor.protocol.controller import (
     UNKNOWN_INSTANCE,
@@ -22,6 +24,7 @@ log = logging.getLogger(__name__)
 
 CONTROLLER_KEY = web.AppKey("controller", Controller)
 HEALTH_KEY = web.AppKey("health", Callable[[], bool])
+METRICS_KEY = web.AppKey("metrics", CollectorRegistry)
 
 M = TypeVar("M", bound=BaseModel)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -111,6 +114,12 @@ async def instances(request: web.Request) -> web.Response:
     return json_model(request.app[CONTROLLER_KEY].state())
 
 
+async def metrics(request: web.Request) -> web.Response:
+    return web.Response(
+        body=generate_latest(request.app[METRICS_KEY]), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
+
+
 def probe(name: str) -> Handler:
     async def handler(request: web.Request) -> web.Response:
         healthy = request.app[HEALTH_KEY]()
@@ -125,10 +134,12 @@ def build_app(controller: Controller, healthy: Callable[[], bool]) -> web.Applic
     app = web.Application(middlewares=[require_token])
     app[CONTROLLER_KEY] = controller
     app[HEALTH_KEY] = healthy
+    app[METRICS_KEY] = controller_registry(controller.state)
     app.router.add_post("/controller/register", register)
     app.router.add_post("/controller/heartbeat", heartbeat)
     app.router.add_post("/controller/terminate_instance", terminate_instance)
     app.router.add_get("/controller/instances", instances)
+    app.router.add_get("/metrics", metrics)
     for name in ("startup", "readiness", "liveness"):
         app.router.add_get(f"/{name}", probe(name))
     return app

@@ -7,11 +7,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from motor import __version__
 from motor.coordinator.app_callback import CallbackApp
 from motor.coordinator.app_infer import InferenceApp
 from motor.coordinator.app_mgmt import ManagementApp
 from motor.coordinator.core import Core
-from motor.coordinator.metrics import CoordinatorMetrics, InstanceCollector
+from motor.coordinator.metrics import CoordinatorMetrics, InfoCollector, InstanceCollector
 from motor.coordinator.registry import InstanceRegistry
 from motor.coordinator.server import EmbeddedServer, listen_socket, make_server, serve, servers_started
 from motor.coordinator.settings import CoordinatorSettings
@@ -54,6 +55,7 @@ async def run_single_process(settings: CoordinatorSettings, stop: asyncio.Event)
     prometheus = CollectorRegistry()
     core = Core(settings, CoordinatorMetrics(prometheus))
     prometheus.register(InstanceCollector(lambda: core.registry.role_states().items()))
+    prometheus.register(InfoCollector(settings.profile.value, __version__))
     control = LocalControl(core, settings.required_roles, prometheus)
     infer_socket = listen_socket(settings.bind_host, settings.infer_port)
     mgmt_socket = listen_socket(settings.bind_host, settings.mgmt_port)

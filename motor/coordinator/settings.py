@@ -22,7 +22,7 @@ class CoordinatorSettings:
     infer_port: int
     mgmt_port: int
     served_models: tuple[str, ...]
-    engine_types: tuple[str, ...]
+    engine_types: tuple[str, ...]  # of the configured roles, for /v1/models and GET /version
     owned_by: str  # `owned_by` in /v1/models: the configured engine types (the simulator says it is one)
     run_dir: str | None
     spec_path: Path | None  # where workers of a multi-worker coordinator read the same spec

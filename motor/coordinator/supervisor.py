@@ -24,9 +24,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 
+from motor import __version__
 from motor.coordinator.app_mgmt import ManagementApp
 from motor.coordinator.limits import SharedState
-from motor.coordinator.metrics import InstanceCollector
+from motor.coordinator.metrics import InfoCollector, InstanceCollector
 from motor.coordinator.registry import InstanceRegistry
 from motor.coordinator.server import GRACEFUL_SHUTDOWN_SECONDS, listen_socket, make_server, serve
 from motor.coordinator.settings import CoordinatorSettings
@@ -112,6 +113,7 @@ class Supervisor:
         self._prometheus = CollectorRegistry()
         multiprocess.MultiProcessCollector(self._prometheus, path=str(self._prometheus_dir))
         self._prometheus.register(InstanceCollector(lambda: self.registry.role_states().items()))
+        self._prometheus.register(InfoCollector(self.profile, __version__))
 
     # ---- Control (management API) --------------------------------------------------------------------------
 

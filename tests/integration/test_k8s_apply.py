@@ -111,7 +111,7 @@ async def test_deploy_applies_every_object(
     for key, obj in expected.items():
         assert stored[key] == obj, key
     out = capsys.readouterr().out
-    assert "deployed job mindie-motor to namespace mindie-motor: 13 object(s) via create-or-update" in out
+    assert "deployed job mindie-motor to namespace mindie-motor: 14 object(s) via create-or-update" in out
     assert "Deployment/prefill-0" in out
 
 
@@ -191,7 +191,7 @@ async def test_dry_run_makes_no_api_call(cluster: Cluster, tmp_path: Path) -> No
         await cluster.motor("deploy", "--config-dir", config, "--dry-run", "--output", tmp_path / "out") == 0
     )
     assert cluster.requests() == []
-    assert sorted(p.name for p in (tmp_path / "out").iterdir())[-1] == "07-decode-0.yaml"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir())[-1] == "08-monitoring.yaml"
 
 
 # ---- scale ------------------------------------------------------------------------------------------------
@@ -370,6 +370,21 @@ async def test_stop_deletes_only_the_jobs_objects(cluster: Cluster, tmp_path: Pa
     jobs = {obj["metadata"].get("labels", {}).get("motor.io/job") for obj in remaining.values()}
     assert jobs == {"otherjob", None}
     assert len(remaining) == len(expected_objects(other_config)) + 1
+
+
+async def test_prometheus_operator_objects_are_applied_and_deleted_with_the_job(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "sim", sim_user_config())
+    assert await cluster.motor("deploy", "--config-dir", config, "--prometheus-operator") == 0
+    stored = cluster.stored()
+    assert {
+        ("PodMonitor", "motor"),
+        ("PrometheusRule", "motor"),
+        ("ConfigMap", "motor-grafana-dashboard"),
+    } <= set(stored)
+    assert await cluster.motor("stop", "--k8s", "--config-dir", config) == 0
+    assert cluster.stored() == {}
 
 
 async def test_stop_without_a_job_is_a_usage_error(

@@ -105,6 +105,7 @@ def test_seed_objects_and_layout() -> None:
         ("Service", "coordinator"),
         ("Deployment", "prefill-0"),
         ("Deployment", "decode-0"),
+        ("ConfigMap", "motor-grafana-dashboard"),
     }
     assert all(
         obj["metadata"].get("namespace") == "mindie-motor"

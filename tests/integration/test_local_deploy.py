@@ -4,6 +4,7 @@ status, a refused second deploy, and a stop that leaves nothing."""
 
 import io
 import re
+import threading
 from collections.abc import Callable
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from motor.deploy.local import status_local, stop_local
+from motor.deploy.local import logs_local, status_local, stop_local, watch_local
 from motor.pool.metrics import scrape_pool
 from motor.pool.net import free_port_block
 from motor.runtime.processes import start_ticks
@@ -70,6 +71,9 @@ def transfer_override(profile: str) -> dict[str, Any]:
     return sections
 
 
+COMPLETION = {"model": "sim-model", "prompt": PROMPT, "max_tokens": 4}
+
+
 def descendants(pid: int) -> list[int]:
     """Every process below `pid` (engine servers, engines, coordinator workers ...)."""
     try:
@@ -100,7 +104,36 @@ def test_deploy_serve_status_refuse_and_stop(
     for line in ("prefill-0  prefill  active  healthy", "decode-0   decode   active  healthy", "KV pool:"):
         assert line in table, table
     assert "coordinator" in table and "ready: true" in table
+    assert re.search(r"prefill\s+0\s+1\s+0", table) and re.search(r"decode\s+0\s+1\s+0", table), table
     assert status_local(run.run_root, None, out=io.StringIO()) == 0  # every job under the run root
+
+    # --watch: the second frame shows the traffic between the two scrapes
+    watched = io.StringIO()
+    with httpx.Client(base_url=run.api_url, timeout=60) as client:
+        threading.Timer(0.3, lambda: client.post("/v1/completions", json=COMPLETION)).start()
+        assert watch_local(run.run_root, run.job_id, interval=1.5, out=watched, frames=2) == 0
+    frames = watched.getvalue()
+    since_start = re.search(r"since start\s+(\d+)\s+-\s+0\s+-\s+-", frames)  # no stream yet: no TTFT
+    window = re.search(r"last \d\.\d s\s+(\d+)\s+\d+\.\d\s+0\s", frames)
+    assert since_start and window, frames
+    assert int(since_start.group(1)) + int(window.group(1)) == 4, frames  # 3 chats, then one completion
+
+    # logs: the coordinator's and an engine's, and a follow that sees what is appended
+    logs = io.StringIO()
+    assert logs_local(run.run_root, run.job_id, "coordinator", lines=5, out=logs) == 0
+    assert 0 < len(logs.getvalue().splitlines()) <= 5
+    engine = io.StringIO()
+    assert logs_local(run.run_root, None, "decode-0", engine=True, lines=1000, out=engine) == 0
+    assert "motor-sim" in engine.getvalue()
+    assert logs_local(run.run_root, run.job_id, "no-such", out=io.StringIO()) == 2
+    followed = io.StringIO()
+    log_file = run.run_dir / "logs" / "controller.log"
+    threading.Timer(0.5, lambda: log_file.open("a").write("appended by the test\n")).start()
+    assert (
+        logs_local(run.run_root, run.job_id, "controller", lines=0, follow=True, out=followed, follow_for_s=2)
+        == 0
+    )
+    assert followed.getvalue() == "appended by the test\n"
 
     # a second deploy of the same job is refused and leaves the running one alone
     before = run.pids()

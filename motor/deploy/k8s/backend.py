@@ -22,7 +22,7 @@ from motor.config.whitelist import (
     refused_changes,
 )
 from motor.deploy.k8s.apply import ApplyResult, apply_objects
-from motor.deploy.k8s.client import DELETE_ORDER, KubeClient, KubeError, Manifest
+from motor.deploy.k8s.client import DELETE_ORDER, OPTIONAL_KINDS, KubeClient, KubeError, Manifest
 from motor.deploy.k8s.labels import CONFIG_MAP, MANAGED_BY, NAME_LABEL, owner_labels
 from motor.deploy.k8s.manifests import ConfigTexts, ManifestFile, build_manifests
 from motor.deploy.plan import CONTROLLER, COORDINATOR, Plan, build_plan
@@ -39,13 +39,20 @@ class Job:
     topology: Topology
     texts: ConfigTexts
     create_namespace: bool = False
+    prometheus_operator: bool = False
 
     @property
     def namespace(self) -> str:
         return self.plan.job_id
 
     def manifests(self) -> list[ManifestFile]:
-        return build_manifests(self.plan, self.topology, self.texts, create_namespace=self.create_namespace)
+        return build_manifests(
+            self.plan,
+            self.topology,
+            self.texts,
+            create_namespace=self.create_namespace,
+            prometheus_operator=self.prometheus_operator,
+        )
 
     def objects(self) -> list[Manifest]:
         return [obj for manifest_file in self.manifests() for obj in manifest_file.objects]
@@ -190,7 +197,8 @@ def delete(client: KubeClient, namespace: str, job_id: str, *, delete_namespace:
         try:
             found = client.find(kind, namespace, labels)
         except KubeError as exc:
-            failures.append(exc)
+            if not (kind in OPTIONAL_KINDS and exc.status == 404):  # the cluster lacks the operator's CRDs
+                failures.append(exc)
             continue
         for obj in found:
             name = obj["metadata"]["name"]

@@ -6,7 +6,10 @@ node managers share, unless env.json sets MOTOR_CONTROLLER_TOKEN; created once a
 running pods keep agreeing); RBAC for the controller; for deploy_mode multi_deployment one Deployment per
 component (+ a Service for the controller, the coordinator and the KV pool), node managers getting one
 Deployment per engine instance with replicas = pods per instance. single_container puts every component in one
-pod (see single_container.py). Every object carries the owner labels (labels.py) plus its component's labels,
+pod (see single_container.py). Monitoring (monitoring.py): pod templates carry the `prometheus.io/scrape|port|
+path` annotations (the coordinator's management port, the controller's API port, the pool master's metrics port,
+an engine host's engine port), a ConfigMap holds the Grafana dashboard, and `prometheus_operator=True` adds a
+PodMonitor and a PrometheusRule. Every object carries the owner labels (labels.py) plus its component's labels,
 so the whole job can be found and deleted by label.
 """
 
@@ -31,16 +34,17 @@ from motor.deploy.k8s.labels import (
     TOKEN_SECRET,
     owner_labels,
 )
+from motor.deploy.k8s.monitoring import dashboard_config_map, operator_objects
+from motor.deploy.k8s.single_container import NAME as SINGLE_CONTAINER
 from motor.deploy.k8s.single_container import single_container_objects
 from motor.deploy.plan import Component, Plan
+from motor.deploy.prometheus import component_endpoints
 from motor.protocol import env as env_names
 
 Manifest = dict[str, Any]
 
 # The image of a local config previewed as Kubernetes objects; Kubernetes deploy modes must name theirs.
 PREVIEW_IMAGE = "motor:latest"
-# Where Prometheus finds /metrics: the coordinator serves it on its management port, mooncake_master on its own.
-METRICS_PORT = {"coordinator": "mgmt", "kv_pool": "metrics"}
 SERVICE_COMPONENTS = ("controller", "coordinator", "kv_pool")
 
 
@@ -65,9 +69,11 @@ def build_manifests(
     *,
     create_namespace: bool = False,
     token: str | None = None,
+    prometheus_operator: bool = False,
 ) -> list[ManifestFile]:
     """Every object of the deployment, in apply order (a file per group, numbered so `kubectl apply -f DIR`
-    keeps that order). `token` fills the token Secret (default: a fresh random one)."""
+    keeps that order). `token` fills the token Secret (default: a fresh random one); `prometheus_operator`
+    adds the prometheus-operator objects (their CRDs must be installed in the cluster)."""
     if plan.target != "kubernetes":
         raise ValueError("build_manifests needs a plan built with target='kubernetes'")
     context = ManifestContext(plan, topology, texts)
@@ -81,9 +87,15 @@ def build_manifests(
     groups.append(("controller-rbac", context.controller_rbac()))
     if plan.deploy_mode == "single_container":
         groups.append(("single-container", single_container_objects(context)))
+        pod_of = {component.name: SINGLE_CONTAINER for component in plan.components}
     else:
         for component in plan.components:
             groups.append((component.name, context.component_objects(component)))
+        pod_of = {component.name: component.name for component in plan.components}
+    monitoring = [dashboard_config_map(context)]
+    if prometheus_operator:
+        monitoring += operator_objects(context, pod_of)
+    groups.append(("monitoring", monitoring))
     return [
         ManifestFile(f"{position:02d}-{name}.yaml", objects)
         for position, (name, objects) in enumerate(groups)
@@ -121,6 +133,9 @@ class ManifestContext:
 
     def selector(self, name: str) -> dict[str, str]:
         return {JOB_LABEL: self.plan.job_id, NAME_LABEL: name}
+
+    def selector_of_job(self) -> dict[str, str]:
+        return {JOB_LABEL: self.plan.job_id}
 
     # ---- shared objects -------------------------------------------------------------------------------------
 
@@ -225,14 +240,13 @@ class ManifestContext:
             pod_spec["automountServiceAccountToken"] = False
         # Accelerator pods and the single pool master must not overlap during a rollout.
         recreate = component.kind in ("node_manager", "kv_pool")
-        metrics = METRICS_PORT.get(component.kind)
         return self.deployment_object(
             component.name,
             labels,
             component.replicas,
             pod_spec,
             recreate,
-            metrics_port=component.ports[metrics] if metrics else None,
+            metrics_port=component_endpoints(component)[0].port,
         )
 
     def deployment_object(

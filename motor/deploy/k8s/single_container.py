@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from motor.deploy.k8s.labels import COMPONENT_LABEL, CONTROLLER_ACCOUNT, NAME_LABEL
 from motor.deploy.plan import COORDINATOR, POD_IP_REF, Component
+from motor.deploy.prometheus import component_endpoints
 from motor.protocol import env as env_names
 
 if TYPE_CHECKING:
@@ -33,6 +34,12 @@ def single_container_objects(context: "ManifestContext") -> list[dict[str, Any]]
             for component in plan.components
             if component.kind != "node_manager"
             for name, port in component.ports.items()
+        ]
+        # the engine hosts' metrics ports, unnamed (names would repeat), so a PodMonitor can address them
+        + [
+            {"containerPort": endpoint.port, "protocol": "TCP"}
+            for component in plan.node_managers
+            for endpoint in component_endpoints(component)
         ],
         **context.probes(plan.component(COORDINATOR)),
         "volumeMounts": [

@@ -1,8 +1,16 @@
-"""The local backend: runs a Plan as processes on this machine (`motor deploy/status/stop` for deploy_mode
+"""The local backend: runs a Plan as processes on this machine (`motor deploy/status/stop/logs` for deploy_mode
 local). State lives in `<run_root>/<job_id>/`: state.json, the config copy, one log file per component."""
 
 from motor.deploy.local.deploy import deploy_local, with_local_model_paths
-from motor.deploy.local.status import status_local
+from motor.deploy.local.logs import logs_local
+from motor.deploy.local.status import status_local, watch_local
 from motor.deploy.local.stop import stop_local
 
-__all__ = ["deploy_local", "status_local", "stop_local", "with_local_model_paths"]
+__all__ = [
+    "deploy_local",
+    "logs_local",
+    "status_local",
+    "stop_local",
+    "watch_local",
+    "with_local_model_paths",
+]

@@ -31,6 +31,7 @@ from motor.deploy.local.state import (
 )
 from motor.deploy.local.stop import stop_recorded
 from motor.deploy.plan import LOCAL_HOST, Component, Plan
+from motor.deploy.prometheus import CONFIG_FILE, PROMETHEUS_DIR, prometheus_files
 from motor.protocol import env as env_names
 from motor.protocol.controller import ControllerState, bearer
 from motor.protocol.specs import NodeManagerSpec
@@ -149,6 +150,10 @@ def _prepare(plan: Plan, topology: Topology, run_dir: Path) -> RunState:
     Path(plan.env_config_path).write_text(json.dumps(env, indent=2) + "\n", encoding="utf-8")
     for name, text in plan.files.items():
         (config_dir / name).write_text(text, encoding="utf-8")
+    prometheus_dir = run_dir / PROMETHEUS_DIR
+    prometheus_dir.mkdir(exist_ok=True)
+    for name, text in prometheus_files(plan, topology.pool, str(prometheus_dir)).items():
+        (prometheus_dir / name).write_text(text, encoding="utf-8")
     coordinator = plan.component("coordinator")
     pool = [c for c in plan.components if c.kind == "kv_pool"]
     state = RunState(
@@ -291,6 +296,7 @@ def _print_ready(
         f"  try:      curl {plan.coordinator_url}/v1/chat/completions -H 'Content-Type: application/json' "
         f"-d '{body}'\n"
         f"  logs:     {Path(state.run_dir) / LOG_DIR}\n"
+        f"  metrics:  prometheus --config.file={Path(state.run_dir) / PROMETHEUS_DIR / CONFIG_FILE}\n"
         f"  status:   motor status --job-id {plan.job_id} --run-root {run_root}\n"
         f"  stop:     motor stop --job-id {plan.job_id} --run-root {run_root}",
         file=out,
