@@ -118,7 +118,9 @@ async def test_launch_raises_when_the_child_cannot_start(tmp_path: Path) -> None
     assert supervised.child is None
 
 
-async def test_a_child_never_healthy_after_its_start_is_restarted_and_cleaned_up_first(tmp_path: Path) -> None:
+async def test_a_child_never_healthy_after_its_start_is_restarted_and_cleaned_up_first(
+    tmp_path: Path,
+) -> None:
     starts = Starts("import time; time.sleep(600)", tmp_path / "silent.log")
     cleaned: list[int] = []
 
