@@ -18,7 +18,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from motor.deploy.local import status_local, stop_local
+from motor.deploy.local import logs_local, status_local, stop_local
 from motor.pool.metrics import scrape_pool
 from motor.protocol.controller import ControllerState, bearer
 from motor.runtime.processes import start_ticks
@@ -117,7 +117,9 @@ def test_every_killed_component_is_restarted_and_the_job_serves_again(
     for name in KILLED_IN_TURN:
         assert re.search(rf"^{re.escape(name)}\s.*running.*\s1\s*$", shown, re.MULTILINE), shown
     assert re.search(r"^decode-0\s.*running\s+0\s*$", shown, re.MULTILINE), shown
-    supervisor_log = (run.run_dir / "logs" / "supervisor.log").read_text()
+    logs = io.StringIO()
+    assert logs_local(run.run_root, run.job_id, "supervisor", lines=1000, out=logs) == 0
+    supervisor_log = logs.getvalue()
     for name in KILLED_IN_TURN:
         assert re.search(rf"{re.escape(name)} \(pid \d+\) exited with code -9", supervisor_log), (
             supervisor_log
