@@ -115,7 +115,7 @@ class SupervisedComponent:
         """Watch and restart it from now on."""
         if not self.supervising:
             self.supervising = True
-            self.child.start()
+            self.child.start().add_done_callback(self._supervision_ended)
 
     async def stop(self, *, wait_for_exit_s: float = 0.0) -> None:
         """Stop supervising it, give it `wait_for_exit_s` to exit by itself (e.g. after it was terminated
@@ -157,6 +157,11 @@ class SupervisedComponent:
         restarts = self.child.restarts
         banner = f"{job.name} {f'restart {restarts}' if restarts else 'start'} by the job supervisor"
         return spawn(job.argv, env=env, cwd=Path(job.run_dir), log=LogFile(Path(job.log), banner=banner))
+
+    def _supervision_ended(self, task: "asyncio.Task[None]") -> None:
+        if not task.cancelled() and task.exception() is not None:  # e.g. it could not be started again
+            log.error("%s: supervision ended: %s", self.name, task.exception())
+            self.mark("given_up")
 
     def _changed(self, state: ChildState) -> None:
         self._record(state)

@@ -173,6 +173,9 @@ class JobSupervisor:
             update.status, update.error = "failed", str(exc)
             if exc.log:
                 update.error += f" (log: {exc.log})"
+        except Exception as exc:  # the supervisor outlives a failed update: the job it runs matters more
+            log.exception("generation %d failed", job.generation)
+            update.status, update.error = "failed", f"{type(exc).__name__}: {exc}"
         finally:
             order = [c.name for c in job.components]
             self.components = dict(
