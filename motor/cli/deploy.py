@@ -51,12 +51,14 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     update.add_argument(
         "--update-config",
         action="store_true",
-        help="re-apply only the ConfigMap; refused unless every change is whitelisted (log levels, timeouts)",
+        help="apply a config change to the running job (Kubernetes: the ConfigMap; local: restart the "
+        "components whose spec changed); refused unless every change is whitelisted (log levels, timeouts)",
     )
     update.add_argument(
         "--update-instance-num",
         action="store_true",
-        help="scale engine instances to the new counts (nothing else may change)",
+        help="scale the running job's engine instances to the new counts (nothing else may change); "
+        "removed instances are drained first",
     )
     deploy.add_argument(
         "--create-namespace", action="store_true", help="create the job's namespace (= job_id)"
@@ -139,14 +141,7 @@ def run_deploy(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(topology, texts, args)
     if topology.user.motor_deploy_config.deploy_mode == "local":
-        if args.update_config or args.update_instance_num:
-            print(
-                "motor: --update-config and --update-instance-num act on Kubernetes deployments; for deploy_mode "
-                "local run `motor stop` and `motor deploy` again",
-                file=sys.stderr,
-            )
-            return EXIT_USAGE
-        return _deploy_local(topology, _run_root(args))
+        return _deploy_local(topology, _run_root(args), args)
     return _deploy_kubernetes(topology, texts, args)
 
 
@@ -161,7 +156,7 @@ def _choose_target(topology: Topology, texts: "ConfigTexts", args: argparse.Name
             return topology
         print(f"motor: cannot render Kubernetes objects: {kubernetes.describe()}", file=sys.stderr)
         return EXIT_USAGE
-    if local_fit.fits and not (args.update_config or args.update_instance_num):
+    if local_fit.fits:
         print("deploy_mode not set and the topology fits this host: deploying locally", file=sys.stderr)
         return _with_deploy_mode(texts, "local")
     print(
@@ -235,10 +230,12 @@ def _deploy_kubernetes(topology: Topology, texts: "ConfigTexts", args: argparse.
     return _with_client(args, lambda client: operation(client, job))
 
 
-def _deploy_local(topology: Topology, run_root: Path) -> int:
+def _deploy_local(topology: Topology, run_root: Path, args: argparse.Namespace) -> int:
     job_dir = run_root / topology.user.motor_deploy_config.job_id
     # Engines start in their own run directories: model paths relative to here must not stay relative.
     topology = local.with_local_model_paths(topology, Path.cwd())
+    if args.update_config or args.update_instance_num:
+        return local.update_local(topology, run_root, scale=args.update_instance_num)
     plan = _plan(topology, "local", config_dir=str(job_dir / "config"), run_dir=str(job_dir))
     if isinstance(plan, int):
         return plan

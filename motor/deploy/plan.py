@@ -10,7 +10,8 @@
   `python -m motor.<component> --spec <config_dir>/<name>.spec.json`; the pool master's `argv` is the
   `mooncake_master` command. `env` holds the env.json sections plus MOTOR_ADVERTISE_HOST and MOTOR_RUN_DIR;
   `ports` are named, `replicas` is pods per instance (1 for control components), `accelerators` per pod,
-  `probes` (port + HTTP path, served by the component itself).
+  `probes` (port + HTTP path, served by the component itself); a node manager also has its `ordinal` (k: its
+  ports and store lookup ids on a shared host).
 - `Plan.files` (name -> text) are what the backend writes into `config_dir` before starting anything: the spec
   of every motor component. The backend also places the user's user_config.json and env.json there
   (`Plan.user_config_path`, `Plan.env_config_path`) as the baseline of later updates; no component reads them.
@@ -27,6 +28,7 @@ Targets:
 """
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Literal
@@ -89,6 +91,7 @@ class Component:
     accelerators: int = 0
     role: Role | None = None
     index: int | None = None
+    ordinal: int | None = None
 
     def probe(self, kind: ProbeKind) -> Probe:
         return next(probe for probe in self.probes if probe.kind == kind)
@@ -144,6 +147,7 @@ def build_plan(
     config_dir: str | None = None,
     run_dir: str | None = None,
     python: str | None = None,
+    kept_ordinals: Mapping[str, int] | None = None,
 ) -> Plan:
     """Compile a validated topology into components; raise ConfigError when an engine section cannot be
     turned into a command line.
@@ -153,7 +157,8 @@ def build_plan(
     and `Plan.files` (default: /etc/motor in Kubernetes, required locally); run_dir is where each component
     gets its own MOTOR_RUN_DIR (`<run_dir>/<component name>`; default /var/run/motor in Kubernetes, the parent
     of config_dir locally). python is argv[0] of the motor entry points (default: this interpreter locally,
-    `python3` in the image).
+    `python3` in the image). kept_ordinals: instance name → the ordinal it keeps (a scaled local job keeps the
+    ports of the instances it keeps; see motor.config.ports).
     """
     user = topology.user
     deploy = user.motor_deploy_config
@@ -276,7 +281,7 @@ def build_plan(
     )
 
     problems: dict[str, ConfigIssue] = {}
-    for ports in instance_ports(topology.roles):
+    for ports in instance_ports(topology.roles, kept_ordinals):
         role_spec = topology.roles[ports.role]  # type: ignore[index]
         if layout.shared_pod:
             nm_port, engine_port, status_port = (
@@ -321,6 +326,7 @@ def build_plan(
                     accelerators=role_spec.accelerators_per_pod,
                     role=role_spec.role,
                     index=ports.index,
+                    ordinal=ordinal if layout.shared_pod else None,
                     spec=NodeManagerSpec(
                         **base_spec(ports.name, role_spec.node_manager.logging_config.log_level),  # type: ignore[arg-type]
                         instance_id=ports.name,
