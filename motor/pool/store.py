@@ -3,9 +3,14 @@
 Mooncake semantics kept as they are: a put never overwrites an existing key (upsert does), every read
 grants the object a lease of `default_kv_lease_ttl` during which it can be neither evicted nor removed
 (unless forced), and values must be non-empty and no larger than the client's `local_buffer_size`.
+
+While the master is gone the client fails fast: the first call that finds it gone opens a circuit breaker
+(motor.pool.outage), later calls raise StoreUnavailable at once instead of blocking seconds in Mooncake's
+reconnect loop, and calls go through again once the master's port accepts connections and a trial call works.
 """
 
 import ctypes
+import functools
 import json
 import mmap
 import os
@@ -14,12 +19,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NoReturn, Self
+from typing import Any, Concatenate, NoReturn, ParamSpec, Self, TypeVar
 
 from mooncake.store import MooncakeDistributedStore
 
 from motor.kv.sizes import parse_size
 from motor.pool.net import accepts_connections, split_host_port
+from motor.pool.outage import MasterOutage, OutageView
 from motor.protocol import env as env_names
 from motor.runtime.backoff import Backoff
 
@@ -61,6 +67,37 @@ class StoreConfigError(StoreError, ValueError):
 
 # Writes refused with -200 (NO_AVAILABLE_HANDLE) are retried until eviction frees space, this many times at most.
 FULL_POOL_RETRY = Backoff(initial_s=0.005, factor=2.0, cap_s=0.1, max_attempts=20)
+# How long a look at the master's port may take during an outage (loopback refuses at once).
+MASTER_LOOK_TIMEOUT_S = 0.2
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _guarded(
+    method: "Callable[Concatenate[StoreClient, P], R]",
+) -> "Callable[Concatenate[StoreClient, P], R]":
+    """Run a call that needs the master through the client's outage breaker."""
+
+    @functools.wraps(method)
+    def guarded(self: "StoreClient", *args: P.args, **kwargs: P.kwargs) -> R:
+        outage = self._outage
+        if not outage.admit():
+            raise StoreUnavailable(
+                f"{method.__name__}: skipped, mooncake_master at {self.master_address} is unavailable (it did "
+                "not answer earlier calls); the call goes through again once it is back",
+                RPC_FAIL,
+            )
+        try:
+            result = method(self, *args, **kwargs)
+        except StoreUnavailable:
+            outage.failed()
+            raise
+        if outage.down:
+            outage.succeeded()
+        return result
+
+    return guarded
 
 
 @dataclass(frozen=True)
@@ -155,6 +192,8 @@ class StoreClient:
         self._retry = retry
         self._closed = False
         self._buffers: list[RegisteredBuffer] = []
+        host, port = split_host_port(settings.master_server_address)
+        self._outage = MasterOutage(lambda: accepts_connections(host, port, timeout_s=MASTER_LOOK_TIMEOUT_S))
         self._bind(store)
 
     def _bind(self, store: "MooncakeDistributedStore | _ClosedStore") -> None:
@@ -230,18 +269,28 @@ class StoreClient:
     def master_address(self) -> str:
         return self._settings.master_server_address
 
+    def master_unavailable(self) -> bool:
+        """True while calls would be refused without asking the master (an outage, no look due yet)."""
+        return self._outage.skip_now()
+
+    def outage(self) -> OutageView:
+        return self._outage.view()
+
+    @_guarded
     def put(self, key: str, value: Value) -> None:
         """Store `value` under `key` (a no-op when the key exists); retries -200 until eviction frees space."""
         code = self._put(key, value)
         if code:
             self._retry_while_full(code, lambda: self._put(key, value), f"put {key!r}", (len(value),))
 
+    @_guarded
     def upsert(self, key: str, value: Value) -> None:
         """Store `value` under `key`, replacing any existing value (even a leased one); retries -200."""
         code = self._upsert(key, value)
         if code:
             self._retry_while_full(code, lambda: self._upsert(key, value), f"upsert {key!r}", (len(value),))
 
+    @_guarded
     def get(self, key: str) -> bytes | None:
         """The bytes under `key`, or None when the pool does not hold it. Grants the object a read lease."""
         value = self._get(key)
@@ -249,6 +298,7 @@ class StoreClient:
             return value
         return self._confirm_missing(key)
 
+    @_guarded
     def exists(self, key: str) -> bool:
         code = self._is_exist(key)
         if code == 1:
@@ -257,6 +307,7 @@ class StoreClient:
             return False
         raise self._error(code, f"exists {key!r}")
 
+    @_guarded
     def remove(self, key: str, *, force: bool = False) -> bool:
         """True when `key` is gone afterwards (removed now or absent); False while a read lease holds it."""
         code = self._remove(key, force)
@@ -266,10 +317,12 @@ class StoreClient:
             return False
         raise self._error(code, f"remove {key!r}")
 
+    @_guarded
     def put_batch(self, items: Mapping[str, Value]) -> None:
         """Store several values in one round trip; existing keys keep their values."""
         self._store_batch(self._put_batch, items, "put_batch")
 
+    @_guarded
     def upsert_batch(self, items: Mapping[str, Value]) -> None:
         """Store several values in one round trip, replacing existing ones."""
         self._store_batch(self._upsert_batch, items, "upsert_batch")
@@ -286,6 +339,7 @@ class StoreClient:
             sizes = [len(value) for value in values]
             self._retry_while_full(code, lambda: native(keys, values), f"{verb} of {len(keys)} keys", sizes)
 
+    @_guarded
     def get_batch(self, keys: Sequence[str]) -> list[bytes | None]:
         """Values in the order of `keys`, None for keys the pool does not hold."""
         if not keys:
@@ -299,11 +353,13 @@ class StoreClient:
             values[index] = self._confirm_missing(keys[index]) if code == 1 else None
         return values
 
+    @_guarded
     def exists_batch(self, keys: Sequence[str]) -> list[bool]:
         if not keys:
             return []
         return [code == 1 for code in self._exists_codes(keys, "exists_batch")]
 
+    @_guarded
     def remove_batch(self, keys: Sequence[str], *, force: bool = False) -> list[bool]:
         """Per key, as `remove`: True when gone afterwards, False while a read lease protects it."""
         if not keys:
@@ -333,6 +389,7 @@ class StoreClient:
             self._buffers.remove(buffer)
             self._store.unregister_buffer(buffer.address)
 
+    @_guarded
     def put_from(self, key: str, buffer: RegisteredBuffer, size: int, *, offset: int = 0) -> None:
         """Store `size` bytes of `buffer` starting at `offset` under `key`, without copying them in Python."""
         self._check_span(buffer, offset, size)
@@ -343,6 +400,7 @@ class StoreClient:
                 code, lambda: self._put_from(key, address, size), f"put_from {key!r}", (size,)
             )
 
+    @_guarded
     def get_into(self, key: str, buffer: RegisteredBuffer, *, offset: int = 0) -> int | None:
         """Copy the object under `key` into `buffer` at `offset`; its size in bytes, or None when missing."""
         capacity = buffer.size - offset

@@ -19,7 +19,7 @@ from motor.engine.sim.config import OWNED_BY, SimConfig
 from motor.engine.sim.engine import GenerationRequest, Sequence, SimEngine
 from motor.engine.sim.errors import SimError, bad_request
 from motor.engine.sim.faults import FaultInjector
-from motor.engine.sim.metrics import EngineMetrics
+from motor.engine.sim.metrics import EngineMetrics, PoolLinkView
 from motor.engine.sim.openai_protocol import ApiRequest, ChunkWriter, Endpoint, full_response, parse_request
 from motor.engine.sim.sampling import sampling_seed
 from motor.engine.sim.transfer import parse_transfer_params
@@ -90,12 +90,19 @@ async def serve_lifespan(receive: Receive, send: Send, *, on_shutdown: Callable[
 
 class SimApp:
     def __init__(
-        self, config: SimConfig, *, engine: SimEngine, faults: FaultInjector, metrics: EngineMetrics
+        self,
+        config: SimConfig,
+        *,
+        engine: SimEngine,
+        faults: FaultInjector,
+        metrics: EngineMetrics,
+        pool_view: Callable[[], PoolLinkView] | None = None,
     ) -> None:
         self._config = config
         self._engine = engine
         self._faults = faults
         self._metrics = metrics
+        self._pool_view = pool_view
         self._routes: dict[tuple[str, str], Callable[[Scope, Receive, Send], Awaitable[None]]] = {
             ("POST", "/v1/completions"): self._completions,
             ("POST", "/v1/chat/completions"): self._chat_completions,
@@ -159,6 +166,7 @@ class SimApp:
             engine=str(self._config.engine_index),
             queued_prefill_tokens=self._engine.queued_prefill_tokens(),
             preemptions=self._engine.num_preemptions,
+            pool=self._pool_view() if self._pool_view is not None else None,
         )
         await _send_bytes(send, 200, text.encode(), [_PROMETHEUS])
 

@@ -11,6 +11,17 @@ FINISH_REASONS = ("stop", "length", "abort", "error")
 COUNTED_FAULTS = ("hang", "slowdown", "error_rate", "kv_put_fail", "kv_get_fail", "kv_corrupt", "health_down")
 
 
+@dataclass(frozen=True)
+class PoolLinkView:
+    """The process's link to the KV pool: connected yet, master up, outages, calls refused, seconds down."""
+
+    connected: bool
+    up: bool
+    outages: int
+    refused_calls: int
+    down_seconds: float
+
+
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -32,6 +43,7 @@ class EngineMetrics:
     kv_blocks_fetched: int = 0
     kv_put_failures: int = 0
     kv_get_failures: int = 0
+    kv_pool_unavailable: int = 0
     injected_errors: int = 0
     faults_fired: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTED_FAULTS, 0))
 
@@ -45,6 +57,7 @@ class EngineMetrics:
         engine: str = "0",
         queued_prefill_tokens: int = 0,
         preemptions: int = 0,
+        pool: PoolLinkView | None = None,
     ) -> str:
         labels = f'engine="{_escape(engine)}",model_name="{_escape(model_name)}"'
         lines: list[str] = []
@@ -129,6 +142,33 @@ class EngineMetrics:
         )
         single("motor_sim_kv_put_failures", "counter", "Failed KV writes to the pool.", self.kv_put_failures)
         single("motor_sim_kv_get_failures", "counter", "Failed KV reads from the pool.", self.kv_get_failures)
+        if pool is not None:
+            single(
+                "motor_sim_kv_pool_up",
+                "gauge",
+                "1 while the KV pool's master answers this engine's store client, 0 during an outage or before "
+                "the client could connect.",
+                float(pool.connected and pool.up),
+            )
+            single(
+                "motor_sim_kv_pool_outages",
+                "counter",
+                "Times the store client found the pool master gone.",
+                pool.outages,
+            )
+            single(
+                "motor_sim_kv_pool_down_seconds",
+                "counter",
+                "Seconds the store client spent in pool outages.",
+                pool.down_seconds,
+            )
+            single(
+                "motor_sim_kv_pool_unavailable",
+                "counter",
+                "Pool calls of this engine answered as a miss (KV computed instead) because the pool was "
+                "unavailable or too slow.",
+                self.kv_pool_unavailable,
+            )
         single(
             "motor_sim_injected_errors",
             "counter",

@@ -16,10 +16,10 @@ from motor.engine.sim.cli import parse_config
 from motor.engine.sim.config import SimConfig
 from motor.engine.sim.engine import SimEngine
 from motor.engine.sim.faults import FaultInjector
-from motor.engine.sim.kv_pool import KvPool
+from motor.engine.sim.kv_pool import KvPool, StoreLink
 from motor.engine.sim.metrics import EngineMetrics
 from motor.engine.sim.virtual import VirtualEngines
-from motor.pool.store import StoreClient, StoreError, load_store_config
+from motor.pool.store import StoreError, load_store_config
 
 log = logging.getLogger("motor.engine.sim")
 
@@ -37,14 +37,15 @@ def _crash(completed: int) -> None:
     asyncio.get_running_loop().call_later(_CRASH_DELAY_S, os._exit, CRASH_EXIT_CODE)
 
 
-def _connect_store(config: SimConfig) -> StoreClient | None:
+def _connect_store(config: SimConfig) -> StoreLink | None:
     if config.store_config_path is None:
         log.warning("no store config (--store-config or $MOONCAKE_CONFIG_PATH): no KV pool, no KV hand-over")
         return None
     store_config = load_store_config(config.store_config_path)
-    client = StoreClient.connect(store_config, local_hostname=config.host)
+    link = StoreLink(store_config, local_hostname=config.host)
+    link.connect()
     log.info("KV pool: mooncake_master at %s", store_config["master_server_address"])
-    return client
+    return link
 
 
 def _banner(config: SimConfig, where: str) -> str:
@@ -96,14 +97,20 @@ def _listen_all(config: SimConfig) -> list[socket.socket]:
     return listeners
 
 
-def _engine_app(config: SimConfig, client: StoreClient | None, executor: ThreadPoolExecutor | None) -> SimApp:
+def _engine_app(config: SimConfig, link: StoreLink | None, executor: ThreadPoolExecutor | None) -> SimApp:
     metrics = EngineMetrics()
     faults = FaultInjector(config.faults, seed=config.seed, on_crash=_crash)
     pool = None
-    if client is not None and executor is not None:
-        pool = KvPool(client, executor=executor, faults=faults, metrics=metrics)
+    if link is not None and executor is not None:
+        pool = KvPool(link, executor=executor, faults=faults, metrics=metrics)
     engine = SimEngine(config, pool=pool, faults=faults, metrics=metrics)
-    return SimApp(config, engine=engine, faults=faults, metrics=metrics)
+    return SimApp(
+        config,
+        engine=engine,
+        faults=faults,
+        metrics=metrics,
+        pool_view=link.view if link is not None else None,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -126,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         configs = [config.virtual_engine(index, port) for index, port in enumerate(ports)]
         log.warning(_banner(configs[0], f"{len(configs)} virtual engines on {config.host} (engine 0 shown)"))
     try:
-        client = _connect_store(config)
+        link = _connect_store(config)
     except StoreError as exc:
         log.error("cannot use the KV pool: %s", exc)
         for listener in listeners:
@@ -134,9 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
     executor = None
-    if client is not None:
+    if link is not None:
         executor = ThreadPoolExecutor(max_workers=_STORE_THREADS, thread_name_prefix="sim-store")
-    apps = {engine.port: _engine_app(engine, client, executor) for engine in configs}
+    apps = {engine.port: _engine_app(engine, link, executor) for engine in configs}
     app = apps[ports[0]] if len(apps) == 1 else VirtualEngines(apps)
     server = uvicorn.Server(
         uvicorn.Config(
@@ -170,6 +177,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)
-        if client is not None:
-            client.close()
+        if link is not None:
+            link.close()
     return 0 if server.started else 1

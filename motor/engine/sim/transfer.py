@@ -171,13 +171,20 @@ class RemoteKvLocator:
         def until_deadline(state: RetryCallState) -> float:
             return min(MANIFEST_POLL.wait(state), max(0.0, deadline - time.monotonic()))
 
+        pool = self._pool
         polling = AsyncRetrying(
             retry=retry_if_result(lambda manifest: manifest is None),
             wait=until_deadline,
-            stop=lambda _: time.monotonic() >= deadline,
+            # A pool outage: no manifest will come through it (and the prefill could not write its KV either).
+            stop=lambda _: time.monotonic() >= deadline or pool.unavailable(),
             retry_error_callback=lambda _: None,
         )
-        manifest = await polling(self._pool.read_manifest, key)
+        manifest = await polling(pool.read_manifest, key)
+        if manifest is None and pool.unavailable():
+            log.warning(
+                "transfer %s: the KV pool is unavailable, the decode recomputes the prompt", transfer_id
+            )
+            return []
         if manifest is None:
             raise SimError(
                 504,
