@@ -371,6 +371,15 @@ class StoreClient:
             results.append(code != OBJECT_HAS_LEASE)
         return results
 
+    @_guarded
+    def remove_matching(self, pattern: str, *, force: bool = False) -> int:
+        """Remove every object whose key matches the regular expression `pattern`; how many were removed
+        (objects under a read lease stay unless `force`)."""
+        removed: int = self._store.remove_by_regex(pattern, force)
+        if removed < 0:
+            raise self._error(removed, f"remove_matching {pattern!r}")
+        return removed
+
     def register_buffer(self, size: int) -> RegisteredBuffer:
         """Allocate `size` bytes and register them for `put_from` / `get_into`."""
         if size <= 0:

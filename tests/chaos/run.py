@@ -1,0 +1,61 @@
+"""One chaos run: load on, inject a fault, hold it, heal it, wait until the cluster is whole, load off, check the
+pool's leases, report. Shared by tests/chaos (CI-sized) and benchmarks/chaos.py (the longer report)."""
+
+import time
+from dataclasses import dataclass
+
+from tests.chaos.cluster import ChaosCluster, wait_until
+from tests.chaos.faults import Fault
+from tests.chaos.load import OpenLoopLoad, Outcome
+from tests.chaos.report import RunReport
+
+HEALTHY_BEFORE_S = 90.0
+
+
+@dataclass(frozen=True)
+class LoadShape:
+    rate: float = 10.0  # requests per second
+    warmup_s: float = 2.0  # load before the fault
+    tail_s: float = 3.0  # load after the cluster recovered
+    recovery_timeout_s: float = 90.0
+
+
+@dataclass(frozen=True)
+class RunResult:
+    report: RunReport
+    outcomes: list[Outcome]
+    injected_at: float  # time.monotonic()
+    healed_at: float
+    recovered_at: float
+
+
+def run_fault(cluster: ChaosCluster, fault: Fault, shape: LoadShape = LoadShape()) -> RunResult:
+    """Run `fault` under `shape`'s load. Raises AssertionError when the cluster is not whole before the fault or
+    does not recover within the timeout (the load is stopped and joined either way)."""
+    wait_until(cluster.serving_all, HEALTHY_BEFORE_S, f"the cluster whole before {fault.name!r}")
+    deadline_s = cluster.settings.infer_timeout_s + 15.0
+    load = OpenLoopLoad(cluster.api_url, shape.rate, deadline_s).start()
+    try:
+        time.sleep(shape.warmup_s)
+        injected_at = time.monotonic()
+        fault.inject(cluster)
+        time.sleep(fault.hold_s)
+        healed_at = time.monotonic()
+        fault.heal(cluster)
+        wait_until(
+            lambda: fault.recovered(cluster), shape.recovery_timeout_s, f"recovery from {fault.name!r}"
+        )
+        recovered_at = time.monotonic()
+        time.sleep(shape.tail_s)
+    finally:
+        outcomes = load.join()
+    leaked = cluster.keys_left_after_leases()
+    report = RunReport.of(
+        fault.name,
+        shape.rate,
+        outcomes,
+        entry_point=fault.entry_point,
+        recovery_s=recovered_at - healed_at,
+        keys_leaked=leaked,
+    )
+    return RunResult(report, outcomes, injected_at, healed_at, recovered_at)

@@ -1,0 +1,159 @@
+"""Every row of docs/chaos.md, one fault at a time and then combined, on one chaos cluster under open-loop load:
+no request lost before its first token, none hung, no wrong or repeated token, no stream cut without an error
+event, no pool object whose lease never expired, and each row's own outcome."""
+
+import re
+
+import pytest
+
+from tests.chaos.cluster import INSTANCES, ChaosCluster
+from tests.chaos.conftest import CI_HOLD_S, CI_LOAD
+from tests.chaos.faults import (
+    Combined,
+    ComponentKilled,
+    EngineFrozen,
+    EngineKilled,
+    EtcdKilled,
+    PortBlackholed,
+    WorkerKilled,
+)
+from tests.chaos.load import End
+from tests.chaos.report import failures
+from tests.chaos.run import RunResult, run_fault
+
+pytestmark = pytest.mark.slow
+
+
+def assert_nothing_lost(result: RunResult) -> None:
+    report = result.report
+    print(report)
+    assert report.violations == [], (report, failures(result.outcomes))
+    assert report.succeeded > 0, report
+
+
+def engine_pids(cluster: ChaosCluster) -> dict[str, int | None]:
+    return {name: cluster.engine_pid(name) for name in INSTANCES}
+
+
+def log_of(cluster: ChaosCluster, component: str) -> str:
+    return (cluster.run.run_dir / "logs" / f"{component}.log").read_text(errors="replace")
+
+
+def test_baseline_without_a_fault_answers_everything(chaos_cluster: ChaosCluster) -> None:
+    class NoFault(EngineKilled):
+        def inject(self, cluster: ChaosCluster) -> None:
+            pass
+
+        def recovered(self, cluster: ChaosCluster) -> bool:
+            return cluster.serving_all()
+
+    result = run_fault(chaos_cluster, NoFault("no fault"), CI_LOAD)
+    assert_nothing_lost(result)
+    assert result.report.succeeded == result.report.sent, failures(result.outcomes)
+    # the shared prefixes are found in the pool by the other prefill instance
+    assert all(
+        (chaos_cluster.engine_metric(name, "vllm:external_prefix_cache_hits_total") or 0) > 0
+        for name in ("decode-0", "decode-1")
+    )
+
+
+def test_prefill_engine_killed_mid_prompt(chaos_cluster: ChaosCluster) -> None:
+    fault = EngineKilled("prefill engine SIGKILL mid-prompt", instance="prefill-0")
+    result = run_fault(chaos_cluster, fault, CI_LOAD)
+    assert_nothing_lost(result)
+    assert result.report.failed_explicit == 0, failures(result.outcomes)  # nothing reached a client yet
+    assert chaos_cluster.engine_pid("prefill-0") not in (None, fault.killed)
+
+
+def test_decode_engine_killed_mid_stream(chaos_cluster: ChaosCluster) -> None:
+    fault = EngineKilled("decode engine SIGKILL mid-stream", instance="decode-0")
+    result = run_fault(chaos_cluster, fault, CI_LOAD)
+    assert_nothing_lost(result)
+    # a stream the kill cut after its first tokens ended with an error event and [DONE] (no cut: see above)
+    explicit = [o for o in result.outcomes if o.end is End.ERROR_AFTER_TOKEN]
+    assert all(o.stream and 0 < o.tokens < 16 for o in explicit), failures(result.outcomes)
+
+
+def test_engine_frozen(chaos_cluster: ChaosCluster) -> None:
+    fault = EngineFrozen("engine frozen (SIGSTOP)", instance="decode-0", hold_s=CI_HOLD_S)
+    result = run_fault(chaos_cluster, fault, CI_LOAD)
+    assert_nothing_lost(result)
+
+
+def test_port_blackholed(chaos_cluster: ChaosCluster) -> None:
+    result = run_fault(chaos_cluster, PortBlackholed("engine port blackholed", hold_s=CI_HOLD_S), CI_LOAD)
+    assert_nothing_lost(result)
+
+
+def test_mooncake_master_killed_costs_hits_not_answers(chaos_cluster: ChaosCluster) -> None:
+    engines = engine_pids(chaos_cluster)
+    outages = {
+        name: chaos_cluster.engine_metric(name, "motor_sim_kv_pool_outages_total") for name in INSTANCES
+    }
+    fault = ComponentKilled("mooncake_master killed", component="kv-pool")
+    result = run_fault(chaos_cluster, fault, CI_LOAD)
+    assert_nothing_lost(result)
+    assert result.report.succeeded == result.report.sent, failures(result.outcomes)
+    assert engine_pids(chaos_cluster) == engines  # no engine crashed or was restarted
+    # the prefills look every prompt up in the pool, so they saw the outage (a decode asks the pool only for
+    # the blocks its prefill handed over, and a prefill hands over none while the pool is gone)
+    for name in ("prefill-0", "prefill-1"):
+        after = chaos_cluster.engine_metric(name, "motor_sim_kv_pool_outages_total")
+        assert after is not None and after > (outages[name] or 0), name
+    for name in INSTANCES:  # every engine is back on the pool
+        assert chaos_cluster.engine_metric(name, "motor_sim_kv_pool_up") == 1.0
+    pool = chaos_cluster.pool()
+    assert pool is not None and pool.active_clients == len(INSTANCES) and pool.put_requests > 0
+
+
+def test_controller_killed_and_restored_from_etcd(chaos_cluster: ChaosCluster) -> None:
+    fault = ComponentKilled("controller killed", component="controller")
+    result = run_fault(chaos_cluster, fault, CI_LOAD)
+    assert_nothing_lost(result)
+    assert result.report.succeeded == result.report.sent, failures(result.outcomes)
+    restored = re.findall(
+        r"persistence on \(etcd at [^)]*\): (\d+) instance\(s\) restored", log_of(chaos_cluster, "controller")
+    )
+    assert restored[-1] == str(len(INSTANCES))
+
+
+def test_node_manager_killed_takes_its_engine_and_starts_a_fresh_one(chaos_cluster: ChaosCluster) -> None:
+    fault = ComponentKilled("node manager killed", component="prefill-1")
+    result = run_fault(chaos_cluster, fault, CI_LOAD)
+    assert_nothing_lost(result)
+    assert len(fault.below) == 2 and fault.orphans() == []
+    assert chaos_cluster.engine_pid("prefill-1") not in (None, *fault.below)
+
+
+def test_coordinator_worker_killed(chaos_cluster: ChaosCluster) -> None:
+    fault = WorkerKilled("coordinator worker killed", index=0)
+    result = run_fault(chaos_cluster, fault, CI_LOAD)
+    assert_nothing_lost(result)
+    # what the dead worker held failed as connection errors, at once (nothing hung, see above)
+    others = [o for o in result.outcomes if o.end is not End.OK]
+    assert all(o.end in (End.CONNECTION_BEFORE_TOKEN, End.CONNECTION_AFTER_TOKEN) for o in others), failures(
+        result.outcomes
+    )
+
+
+def test_etcd_killed_controller_works_from_memory_and_persists_again(chaos_cluster: ChaosCluster) -> None:
+    fault = EtcdKilled("etcd killed (an engine restarts meanwhile)", hold_s=CI_HOLD_S)
+    result = run_fault(chaos_cluster, fault, CI_LOAD)
+    assert_nothing_lost(result)
+    assert "failed" in log_of(
+        chaos_cluster, "controller"
+    )  # it noticed, kept going, and wrote once etcd was back
+
+
+def test_combined_faults(chaos_cluster: ChaosCluster) -> None:
+    fault = Combined(
+        "combined: master + controller + prefill-0 and decode-1 engines",
+        faults=[
+            ComponentKilled("", component="kv-pool"),
+            ComponentKilled("", component="controller"),
+            EngineKilled("", instance="prefill-0"),
+            EngineKilled("", instance="decode-1"),
+        ],
+    )
+    result = run_fault(chaos_cluster, fault, CI_LOAD)
+    assert_nothing_lost(result)
