@@ -9,7 +9,16 @@ not an instance count and "yes" is not a boolean.
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    field_validator,
+    model_validator,
+)
 
 from motor.config.hardware import DEFAULT_HARDWARE, HARDWARE, known_hardware
 from motor.config.suggest import did_you_mean
@@ -108,11 +117,42 @@ class EventConfig(Section):
     coordinator_heartbeat_interval: PositiveSeconds = 10.0
 
 
-class EtcdConfig(Section):
-    enable_etcd_persistence: Bool = False
+class EtcdEndpointConfig(Section):
     etcd_host: str = "127.0.0.1"
     etcd_port: Port = 2379
     etcd_timeout: PositiveSeconds = 5.0
+
+
+class EtcdConfig(EtcdEndpointConfig):
+    enable_etcd_persistence: Bool = False
+
+
+class StandbyConfig(Section):
+    """pyMotor's master/standby: two processes, the one holding a lease in etcd (the `master_lock_key` lock)
+    serves, the other waits for it to expire. The leader refreshes its lease every
+    `master_standby_check_interval` seconds; `master_lock_ttl` bounds how long a dead leader keeps it."""
+
+    enable_master_standby: Bool = False
+    master_standby_check_interval: PositiveSeconds = 5.0
+    master_lock_ttl: Annotated[int, Strict(), Field(ge=2, le=3600)] = 10
+    master_lock_retry_interval: PositiveSeconds = 5.0
+    master_lock_max_failures: Annotated[int, Strict(), Field(ge=1)] = 3
+    master_lock_key: str = Field(default="/master_lock", pattern=r"^/[A-Za-z0-9_./-]*$")
+    probe_port: Port | None = Field(
+        default=None,
+        description="motor's own key: where each of the two processes answers its probes (locally the second "
+        "one uses probe_port + 1; default: the component's first port + 1000)",
+    )
+
+    @model_validator(mode="after")
+    def _refresh_within_ttl(self) -> "StandbyConfig":
+        if self.master_standby_check_interval >= self.master_lock_ttl:
+            raise ValueError(
+                f"master_standby_check_interval ({self.master_standby_check_interval:g} s) must be shorter than "
+                f"master_lock_ttl ({self.master_lock_ttl} s): the leader refreshes its lease at that interval, "
+                "so it would expire between two refreshes; lower the interval or raise the TTL"
+            )
+        return self
 
 
 class ControllerConfig(Section):
@@ -121,6 +161,7 @@ class ControllerConfig(Section):
     instance_config: InstanceConfig = InstanceConfig()
     event_config: EventConfig = EventConfig()
     etcd_config: EtcdConfig = EtcdConfig()
+    standby_config: StandbyConfig = StandbyConfig()
 
 
 # ---- motor_coordinator_config ----------------------------------------------------------------------------
@@ -214,6 +255,11 @@ class CoordinatorConfig(Section):
     request_limit: RequestLimitConfig = RequestLimitConfig()
     api_config: CoordinatorApiConfig = CoordinatorApiConfig()
     inference_workers_config: InferenceWorkersConfig = InferenceWorkersConfig()
+    etcd_config: EtcdEndpointConfig = Field(
+        default=EtcdEndpointConfig(),
+        description="where the standby lock lives (the coordinator persists nothing)",
+    )
+    standby_config: StandbyConfig = StandbyConfig()
 
 
 # ---- motor_nodemanger_config -----------------------------------------------------------------------------

@@ -107,6 +107,41 @@ def kv_bootstrap_base(spec: "RoleSpec") -> int | None:
     return transfer_kv_port(config)
 
 
+# Default standby probe port: the component's first port + this (the controller's API port, the coordinator's
+# inference port); locally the second process of the pair uses the next port.
+PROBE_PORT_OFFSET = 1000
+
+
+def controller_probe_port(user: UserConfig) -> int:
+    controller = user.motor_controller_config
+    return (
+        controller.standby_config.probe_port or controller.api_config.controller_api_port + PROBE_PORT_OFFSET
+    )
+
+
+def coordinator_probe_port(user: UserConfig) -> int:
+    coordinator = user.motor_coordinator_config
+    return (
+        coordinator.standby_config.probe_port
+        or coordinator.api_config.coordinator_api_infer_port + PROBE_PORT_OFFSET
+    )
+
+
+def standby_probe_port_uses(user: UserConfig) -> list[PortUse]:
+    """On one host the two processes of a standby pair answer their probes on probe_port and probe_port + 1."""
+    uses = []
+    for section, first in (
+        ("motor_controller_config", controller_probe_port(user)),
+        ("motor_coordinator_config", coordinator_probe_port(user)),
+    ):
+        if getattr(user, section).standby_config.enable_master_standby:
+            name = section.removeprefix("motor_").removesuffix("_config")
+            path = f"{section}.standby_config.probe_port"
+            uses.append(PortUse(f"{name} probes", path, first))
+            uses.append(PortUse(f"{name} standby probes (probe_port + 1)", path, first + 1))
+    return uses
+
+
 def coordinator_port_uses(user: UserConfig) -> list[PortUse]:
     coordinator = user.motor_coordinator_config.api_config
     return [
@@ -172,6 +207,7 @@ def local_port_uses(
             "motor_controller_config.api_config.controller_api_port",
             user.motor_controller_config.api_config.controller_api_port,
         ),
+        *standby_probe_port_uses(user),
     ]
     if pool is not None:
         uses.append(PortUse("KV pool master", "kv_cache_pool_config.port", pool.port))

@@ -87,7 +87,14 @@ _STANDBY_KEYS = (
     "enable_master_standby master_standby_check_interval master_lock_ttl master_lock_retry_interval "
     "master_lock_max_failures master_lock_key"
 )
-_STANDBY_NOTE = "motor runs one replica and relies on its supervisor (local) or Kubernetes to restart it"
+_STANDBY_NOTE = (
+    "two processes (locally) or replicas (Kubernetes); the holder of the lock in etcd serves, the other binds "
+    "its ports only once it holds it (docs/chaos.md#standby)"
+)
+_PROBE_PORT_NOTE = (
+    "motor's own key: where each process answers its probes, leader or standby (locally the second process "
+    "uses probe_port + 1)"
+)
 _PORT_ALLOCATOR_KEYS = "enable scan_range probe_timeout_seconds remote_check_timeout_seconds bind_host"
 _PORT_ALLOCATOR_NOTE = "motor assigns ports from the config deterministically; `motor validate` lists them"
 _METADATA_NOTE = "motor's objects carry motor's own labels and annotations only"
@@ -286,7 +293,9 @@ _warned_section(
     "observability_enable metrics_ttl",
     "every motor component serves Prometheus /metrics",
 )
-_warned_section(f"{_C}.standby_config", _STANDBY_KEYS, _STANDBY_NOTE)
+_implemented(_C, "standby_config", _STANDBY_NOTE)
+_implemented(f"{_C}.standby_config", _STANDBY_KEYS)
+_implemented(f"{_C}.standby_config", "probe_port", _PROBE_PORT_NOTE)
 _warned_section(f"{_C}.port_allocator_config", _PORT_ALLOCATOR_KEYS, _PORT_ALLOCATOR_NOTE)
 for _tls in ("mgmt_tls_config", "etcd_tls_config", "grpc_tls_config", "observability_tls_config"):
     _warned_section(f"{_C}.{_tls}", _TLS_KEYS, _TLS_NOTE)
@@ -440,11 +449,16 @@ _warned_section(
     "enable_api_key api_key_file",
     "the management API (/instances/refresh) requires the controller token instead",
 )
-_warned_section(f"{_K}.standby_config", _STANDBY_KEYS, _STANDBY_NOTE)
-_warned_section(
+_implemented(_K, "standby_config", _STANDBY_NOTE)
+_implemented(f"{_K}.standby_config", _STANDBY_KEYS)
+_implemented(f"{_K}.standby_config", "probe_port", _PROBE_PORT_NOTE)
+_implemented(_K, "etcd_config", "the etcd holding the standby lock")
+_implemented(f"{_K}.etcd_config", "etcd_host etcd_port etcd_timeout")
+_warned(
     f"{_K}.etcd_config",
-    "etcd_host etcd_port etcd_timeout etcd_lb_policy enable_etcd_persistence",
-    "the coordinator keeps no state in etcd; it gets the instance set from the controller",
+    "enable_etcd_persistence etcd_lb_policy",
+    "the coordinator keeps no state in etcd (it gets the instance set from the controller) and talks to the one "
+    "etcd endpoint given",
 )
 for _tls in ("infer_tls_config", "mgmt_tls_config", "etcd_tls_config"):
     _warned_section(f"{_K}.{_tls}", _TLS_KEYS, _TLS_NOTE)

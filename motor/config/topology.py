@@ -465,6 +465,7 @@ def _check_targets(
     kubernetes = TargetFit("kubernetes", tuple(_kubernetes_problems(user)))
     if mode not in SHARED_HOST_MODES:
         issues.extend(_pod_port_problems(user, roles, pool))
+    issues.extend(_standby_problems(user))
     if mode == "local":
         issues.extend(local.reasons)
     elif mode == "single_container":
@@ -480,6 +481,31 @@ def _check_targets(
             )
         )
     return local, kubernetes
+
+
+def _standby_problems(user: UserConfig) -> list[ConfigIssue]:
+    """A standby needs something to take over from: the controller's registry in etcd, and two processes."""
+    problems = []
+    controller = user.motor_controller_config
+    if controller.standby_config.enable_master_standby and not controller.etcd_config.enable_etcd_persistence:
+        problems.append(
+            ConfigIssue(
+                "motor_controller_config.standby_config.enable_master_standby",
+                "a standby controller restores the instance set from etcd when it takes over: set "
+                "motor_controller_config.etcd_config.enable_etcd_persistence to true (and etcd_host, etcd_port)",
+            )
+        )
+    if user.motor_deploy_config.deploy_mode == "single_container":
+        for section in ("motor_controller_config", "motor_coordinator_config"):
+            if getattr(user, section).standby_config.enable_master_standby:
+                problems.append(
+                    ConfigIssue(
+                        f"{section}.standby_config.enable_master_standby",
+                        "single_container runs one pod, where a standby would die with its leader; use "
+                        "multi_deployment (or local) for a standby, or set this to false",
+                    )
+                )
+    return problems
 
 
 def _one_host_problems(

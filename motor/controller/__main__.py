@@ -14,16 +14,25 @@ from motor.controller.app import build_app
 from motor.controller.persistence import EtcdUnavailable
 from motor.controller.service import Controller
 from motor.controller.settings import ControllerSettings, SettingsError, controller_settings
-from motor.protocol.specs import ControllerSpec, SpecError, load_spec
+from motor.protocol.specs import ControllerSpec, SpecError, StandbySpec, load_spec
+from motor.runtime.standby import run_with_standby
 
 log = logging.getLogger("motor.controller")
 
 
-async def serve(settings: ControllerSettings) -> None:
+async def run(settings: ControllerSettings, standby: StandbySpec | None, name: str = "controller") -> int:
+    """Serve until SIGTERM/SIGINT; with a standby spec, only while this process holds the leader lock."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    if standby is None:
+        await serve(settings, stop)
+        return 0
+    return await run_with_standby(standby, settings.host, name, lambda until: serve(settings, until), stop)
+
+
+async def serve(settings: ControllerSettings, stop: asyncio.Event) -> None:
     async with aiohttp.ClientSession() as session:
         controller = Controller(settings, session)
         restored = await controller.restore()
@@ -56,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", required=True, type=Path, help="the controller's spec file")
     args = parser.parse_args(argv)
     try:
-        settings = controller_settings(load_spec(args.spec, ControllerSpec))
+        spec = load_spec(args.spec, ControllerSpec)
+        settings = controller_settings(spec)
     except (SpecError, SettingsError) as exc:
         print(f"motor controller: {exc}", file=sys.stderr)
         return 2
@@ -64,14 +74,14 @@ def main(argv: list[str] | None = None) -> int:
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     try:
-        asyncio.run(serve(settings))
+        code = asyncio.run(run(settings, spec.standby, spec.name))
     except EtcdUnavailable as exc:
         log.error("%s", exc)
         return 1
     except OSError as exc:
         log.error("cannot serve on %s:%d: %s", settings.host, settings.port, exc)
         return 1
-    return 0
+    return code
 
 
 if __name__ == "__main__":

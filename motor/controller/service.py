@@ -1,6 +1,7 @@
 """The controller's state machine wiring: registry → pusher and persistence, timeouts, termination."""
 
 import asyncio
+import contextlib
 import logging
 import time
 
@@ -39,6 +40,10 @@ class Controller:
             settings.coordinator_urls, self.registry.active, session, token=settings.token
         )
         self.store = EtcdStore(settings.etcd, settings.job_id) if settings.etcd else None
+        # Restored instances no node manager confirmed yet: until they are confirmed (or a heartbeat timeout
+        # passed) nothing is pushed, so coordinators keep routing on the set they have.
+        self._unconfirmed: set[str] = set()
+        self._confirmed = asyncio.Event()
 
     async def restore(self) -> int:
         """Load the persisted instance set (if persistence is on); returns how many instances came back."""
@@ -47,6 +52,7 @@ class Controller:
         persisted = await self.store.load()
         now = time.monotonic()
         for item in persisted:
+            self._unconfirmed.add(item.instance.id)
             self.registry.restore(item.instance, item.node_manager_url, now)
             log.info(
                 "restored instance %s (%s) from %s", item.instance.id, item.instance.status, self.store.where
@@ -55,6 +61,7 @@ class Controller:
 
     def register(self, registration: Registration) -> InstanceAck:
         self._apply(self.registry.register(registration, time.monotonic()))
+        self._confirm(registration.instance_id)
         log.info(
             "registered %s (%s, engine %s)",
             registration.instance_id,
@@ -68,6 +75,7 @@ class Controller:
         if changes is None:
             raise UnknownInstance(heartbeat.instance_id)
         self._apply(changes)
+        self._confirm(heartbeat.instance_id)
         return self._ack(heartbeat.instance_id)
 
     async def terminate(self, request: TerminateRequest) -> TerminateResult:
@@ -89,10 +97,29 @@ class Controller:
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
-            group.create_task(self.pusher.run(self.settings.reconcile_interval))
+            group.create_task(self._push_once_confirmed())
             group.create_task(self._check_timeouts())
             if self.store is not None:
                 group.create_task(self.store.run())
+
+    async def _push_once_confirmed(self) -> None:
+        """A restored controller (a restart, a standby taking over) pushes its first set once every restored
+        instance was heard from, or after a heartbeat timeout: an earlier set would drop from the coordinators'
+        routing instances whose node managers merely had not called the new controller yet."""
+        if self._unconfirmed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._confirmed.wait(), self.settings.heartbeat_timeout)
+            if self._unconfirmed:
+                log.warning(
+                    "not heard from %s since the restore; pushing without them", sorted(self._unconfirmed)
+                )
+        await self.pusher.run(self.settings.reconcile_interval)
+
+    def _confirm(self, instance_id: str) -> None:
+        if self._unconfirmed:
+            self._unconfirmed.discard(instance_id)
+            if not self._unconfirmed:
+                self._confirmed.set()
 
     async def _check_timeouts(self) -> None:
         while True:

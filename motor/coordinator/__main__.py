@@ -11,7 +11,8 @@ from pathlib import Path
 import uvloop
 
 from motor.coordinator.settings import CoordinatorSettings
-from motor.protocol.specs import CoordinatorSpec, SpecError, load_spec
+from motor.protocol.specs import CoordinatorSpec, SpecError, StandbySpec, load_spec
+from motor.runtime.standby import run_with_standby
 
 log = logging.getLogger("motor.coordinator")
 
@@ -22,11 +23,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _run(settings: CoordinatorSettings) -> None:
+async def _run(settings: CoordinatorSettings, standby: StandbySpec | None, name: str) -> int:
+    """Serve until SIGTERM/SIGINT; with a standby spec, only while this process holds the leader lock."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    if standby is None:
+        await _serve(settings, stop)
+        return 0
+    return await run_with_standby(
+        standby, settings.bind_host, name, lambda until: _serve(settings, until), stop
+    )
+
+
+async def _serve(settings: CoordinatorSettings, stop: asyncio.Event) -> None:
     if settings.config.inference_workers_config.num_workers == 1:
         from motor.coordinator.process import run_single_process
 
@@ -50,11 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        uvloop.run(_run(settings))
+        return uvloop.run(_run(settings, spec.standby, spec.name))
     except (OSError, ValueError) as exc:
         print(f"motor coordinator: {exc}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":

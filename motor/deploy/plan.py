@@ -4,7 +4,11 @@
 
 - `Plan.components`, in start order: the KV pool master (`kind="kv_pool"`, only when `topology.pool` is set),
   the controller, the coordinator, then one node manager per engine instance (`kind="node_manager"`, named
-  like "prefill-0", with `role` and `index`).
+  like "prefill-0", with `role` and `index`). With `standby_config.enable_master_standby` the controller
+  (coordinator) runs as a pair that elects its leader in etcd: locally a second component
+  "controller-standby" ("coordinator-standby", `standby_for` naming the first) with the same ports, bound only
+  by the leader; on Kubernetes the component's Deployment has 2 replicas. Either way each process answers its
+  probes on its own `probe` port (readiness 503 while standby).
 - Each motor component carries its compiled spec (`motor.protocol.specs`: ports, URLs, the resolved dispatch
   profile, the engine command, the store config, credentials by reference) and `argv` =
   `python -m motor.<component> --spec <config_dir>/<name>.spec.json`; the pool master's `argv` is the
@@ -27,14 +31,16 @@ Targets:
   local ports.
 """
 
+import dataclasses
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Literal
 
 from motor.config.errors import ConfigError, ConfigIssue
-from motor.config.ports import instance_ports
+from motor.config.models import EtcdEndpointConfig, StandbyConfig
+from motor.config.ports import controller_probe_port, coordinator_probe_port, instance_ports
 from motor.config.topology import Role, RoleSpec, Topology
 from motor.deploy.engine_command import LaunchError, engine_spec, served_model_name
 from motor.kv.connectors import DispatchProfile
@@ -47,6 +53,7 @@ from motor.protocol.specs import (
     CoordinatorSpec,
     NodeManagerSpec,
     SecretRef,
+    StandbySpec,
     dump_spec,
     spec_file_name,
 )
@@ -66,6 +73,7 @@ KUBERNETES_RUN_DIR = "/var/run/motor"
 CONTROLLER = "controller"
 COORDINATOR = "coordinator"
 KV_POOL = "kv-pool"
+STANDBY_SUFFIX = "-standby"
 PROBE_KINDS: tuple[ProbeKind, ...] = ("startup", "readiness", "liveness")
 
 
@@ -92,6 +100,9 @@ class Component:
     role: Role | None = None
     index: int | None = None
     ordinal: int | None = None
+    standby_for: str | None = (
+        None  # locally, the second process of a standby pair: the component it stands by
+    )
 
     def probe(self, kind: ProbeKind) -> Probe:
         return next(probe for probe in self.probes if probe.kind == kind)
@@ -224,28 +235,34 @@ def build_plan(
 
     controller = user.motor_controller_config
     instance = controller.instance_config
-    components.append(
-        motor_component(
-            Component(
-                name=CONTROLLER,
-                kind="controller",
-                argv=(),
-                env=_env(common, topology.env.motor_controller_env, layout, component_run_dir(CONTROLLER)),
-                ports={"api": controller_api.controller_api_port},
-                probes=_probes("api"),
-                spec=ControllerSpec(
-                    **base_spec(CONTROLLER, controller.logging_config.log_level),  # type: ignore[arg-type]
-                    port=controller_api.controller_api_port,
-                    token=token,
-                    coordinator_urls=[coordinator_mgmt_url],
-                    heartbeat_timeout=instance.instance_heartbeat_timeout,
-                    expired_timeout=instance.instance_expired_timeout,
-                    check_interval=instance.instance_manager_check_interval,
-                    reconcile_interval=controller.event_config.coordinator_heartbeat_interval,
-                    etcd=controller.etcd_config if controller.etcd_config.enable_etcd_persistence else None,
-                ),
-            )
-        )
+    controller_standby = _standby_spec(
+        controller.standby_config,
+        controller.etcd_config,
+        f"/motor/{deploy.job_id}/{CONTROLLER}",
+        controller_probe_port(user),
+    )
+    controller_component = Component(
+        name=CONTROLLER,
+        kind="controller",
+        argv=(),
+        env=_env(common, topology.env.motor_controller_env, layout, component_run_dir(CONTROLLER)),
+        ports={"api": controller_api.controller_api_port},
+        probes=_probes("api"),
+        spec=ControllerSpec(
+            **base_spec(CONTROLLER, controller.logging_config.log_level),  # type: ignore[arg-type]
+            port=controller_api.controller_api_port,
+            token=token,
+            coordinator_urls=[coordinator_mgmt_url],
+            heartbeat_timeout=instance.instance_heartbeat_timeout,
+            expired_timeout=instance.instance_expired_timeout,
+            check_interval=instance.instance_manager_check_interval,
+            reconcile_interval=controller.event_config.coordinator_heartbeat_interval,
+            etcd=controller.etcd_config if controller.etcd_config.enable_etcd_persistence else None,
+        ),
+    )
+    components.extend(
+        motor_component(c)
+        for c in _with_standby(controller_component, controller_standby, target, component_run_dir)
     )
 
     coordinator = user.motor_coordinator_config
@@ -253,31 +270,37 @@ def build_plan(
     if target == "kubernetes":
         # The Service and probes reach the pod IP and `kubectl port-forward` reaches loopback: listen on both.
         coordinator_base["bind_host"] = ALL_INTERFACES
-    components.append(
-        motor_component(
-            Component(
-                name=COORDINATOR,
-                kind="coordinator",
-                argv=(),
-                env=_env(common, topology.env.motor_coordinator_env, layout, component_run_dir(COORDINATOR)),
-                ports={
-                    "infer": coordinator_api.coordinator_api_infer_port,
-                    "mgmt": coordinator_api.coordinator_api_mgmt_port,
-                },
-                probes=_probes("mgmt"),
-                spec=CoordinatorSpec(
-                    **coordinator_base,  # type: ignore[arg-type]
-                    config=coordinator,
-                    profile=topology.profile.profile,
-                    required_roles=required_roles(topology.profile.profile, set(topology.roles)),
-                    served_models=served_model_names(topology),
-                    engine_types=sorted({spec.engine_type for spec in topology.roles.values()}),
-                    infer_port=coordinator_api.coordinator_api_infer_port,
-                    mgmt_port=coordinator_api.coordinator_api_mgmt_port,
-                    controller_token=token,
-                ),
-            )
-        )
+    coordinator_standby = _standby_spec(
+        coordinator.standby_config,
+        coordinator.etcd_config,
+        f"/motor/{deploy.job_id}/{COORDINATOR}",
+        coordinator_probe_port(user),
+    )
+    coordinator_component = Component(
+        name=COORDINATOR,
+        kind="coordinator",
+        argv=(),
+        env=_env(common, topology.env.motor_coordinator_env, layout, component_run_dir(COORDINATOR)),
+        ports={
+            "infer": coordinator_api.coordinator_api_infer_port,
+            "mgmt": coordinator_api.coordinator_api_mgmt_port,
+        },
+        probes=_probes("mgmt"),
+        spec=CoordinatorSpec(
+            **coordinator_base,  # type: ignore[arg-type]
+            config=coordinator,
+            profile=topology.profile.profile,
+            required_roles=required_roles(topology.profile.profile, set(topology.roles)),
+            served_models=served_model_names(topology),
+            engine_types=sorted({spec.engine_type for spec in topology.roles.values()}),
+            infer_port=coordinator_api.coordinator_api_infer_port,
+            mgmt_port=coordinator_api.coordinator_api_mgmt_port,
+            controller_token=token,
+        ),
+    )
+    components.extend(
+        motor_component(c)
+        for c in _with_standby(coordinator_component, coordinator_standby, target, component_run_dir)
     )
 
     problems: dict[str, ConfigIssue] = {}
@@ -359,6 +382,60 @@ def build_plan(
             f":{controller_api.controller_api_port}"
         ),
     )
+
+
+def _standby_spec(
+    standby: StandbyConfig, etcd: EtcdEndpointConfig, key_prefix: str, probe_port: int
+) -> StandbySpec | None:
+    if not standby.enable_master_standby:
+        return None
+    return StandbySpec(
+        lock_key=key_prefix + standby.master_lock_key,
+        lease_ttl=standby.master_lock_ttl,
+        refresh_interval=standby.master_standby_check_interval,
+        retry_interval=standby.master_lock_retry_interval,
+        max_failures=standby.master_lock_max_failures,
+        probe_port=probe_port,
+        etcd_host=etcd.etcd_host,
+        etcd_port=etcd.etcd_port,
+        etcd_timeout=etcd.etcd_timeout,
+    )
+
+
+def _with_standby(
+    component: Component,
+    standby: StandbySpec | None,
+    target: Target,
+    run_dir: Callable[[str], str],
+) -> list[Component]:
+    """The component, or the pair that elects its leader: on Kubernetes one Deployment of 2 replicas, locally a
+    second component on probe_port + 1 whose serving ports are the first one's (bound by the leader only)."""
+    if standby is None:
+        return [component]
+    spec = component.spec
+    assert spec is not None
+    leader = dataclasses.replace(
+        component,
+        ports={**component.ports, "probe": standby.probe_port},
+        probes=_probes("probe"),
+        spec=spec.model_copy(update={"standby": standby}),
+        replicas=2 if target == "kubernetes" else component.replicas,
+    )
+    if target == "kubernetes":
+        return [leader]
+    name = component.name + STANDBY_SUFFIX
+    second = standby.model_copy(update={"probe_port": standby.probe_port + 1})
+    return [
+        leader,
+        dataclasses.replace(
+            leader,
+            name=name,
+            env={**component.env, env_names.RUN_DIR: run_dir(name)},
+            ports={**component.ports, "probe": second.probe_port},
+            spec=spec.model_copy(update={"name": name, "run_dir": run_dir(name), "standby": second}),
+            standby_for=component.name,
+        ),
+    ]
 
 
 def required_roles(profile: DispatchProfile, configured: set[Role]) -> list[Role]:

@@ -74,7 +74,13 @@ def component_endpoints(component: Component) -> list[MetricsEndpoint]:
 
 
 def metrics_endpoints(plan: Plan) -> list[MetricsEndpoint]:
-    return [endpoint for component in plan.components for endpoint in component_endpoints(component)]
+    """A standby serves no metrics of its own: its ports are the leader's, scraped under the leader's name."""
+    return [
+        endpoint
+        for component in plan.components
+        if component.standby_for is None
+        for endpoint in component_endpoints(component)
+    ]
 
 
 def target_groups(plan: Plan, host: str = LOCAL_HOST) -> list[dict[str, Any]]:

@@ -52,6 +52,22 @@ class ComponentSpec(SpecModel):
     run_dir: str
 
 
+class StandbySpec(SpecModel):
+    """Leader election for a component that runs as a pair: the process holding `lock_key` in etcd (a lease of
+    `lease_ttl` s, refreshed every `refresh_interval` s) binds the component's ports and serves; the other waits,
+    trying at least every `retry_interval` s. Both answer probes on `probe_port` (readiness 503 while standby)."""
+
+    lock_key: str
+    lease_ttl: int = Field(ge=2)
+    refresh_interval: Seconds
+    retry_interval: Seconds
+    max_failures: int = Field(ge=1, description="failed refreshes in a row before the leader says so loudly")
+    probe_port: Port
+    etcd_host: str
+    etcd_port: Port
+    etcd_timeout: Seconds
+
+
 class ControllerSpec(ComponentSpec):
     kind: Literal["controller"] = "controller"
     port: Port
@@ -62,6 +78,7 @@ class ControllerSpec(ComponentSpec):
     check_interval: Seconds
     reconcile_interval: Seconds
     etcd: EtcdConfig | None = None
+    standby: StandbySpec | None = None
 
 
 class CoordinatorSpec(ComponentSpec):
@@ -76,6 +93,7 @@ class CoordinatorSpec(ComponentSpec):
     infer_port: Port
     mgmt_port: Port
     controller_token: SecretRef
+    standby: StandbySpec | None = None
 
 
 class EngineSpec(SpecModel):

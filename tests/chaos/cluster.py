@@ -28,11 +28,18 @@ from motor.pool.store import StoreClient
 from motor.protocol.controller import ControllerState, bearer
 from motor.protocol.specs import NodeManagerSpec, dump_spec, spec_file_name
 from tests.chaos.proxy import BlackholeProxy
-from tests.fixtures.control import LocalRun, merge, pid_alive, sim_config
+from tests.fixtures.control import ConfigPair, LocalRun, merge, pid_alive, sim_config
 from tests.fixtures.etcd import etcd_binary
 
 INSTANCES = ("prefill-0", "prefill-1", "decode-0", "decode-1")
-LEASE_TTL_MS = 2000  # short, so that a run can check that every lease expired without waiting 11 s
+LEASE_TTL_MS = 2000
+# A standby takes over within the lock's TTL of its leader's death (pyMotor's default TTL is 10 s).
+STANDBY = {
+    "enable_master_standby": True,
+    "master_lock_ttl": 3,
+    "master_standby_check_interval": 1.0,
+    "master_lock_retry_interval": 1.0,
+}  # short, so that a run can check that every lease expired without waiting 11 s
 HTTP_TIMEOUT_S = 3.0
 
 
@@ -51,7 +58,7 @@ class ChaosSettings:
 
     def overrides(self, etcd_port: int) -> dict[str, Any]:
         engine = {"prefill_ms_per_token": self.prefill_ms_per_token, "itl_ms": self.itl_ms}
-        standby = {"standby_config": {"enable_master_standby": True}} if self.standby else {}
+        standby = {"standby_config": STANDBY} if self.standby else {}
         etcd = {"enable_etcd_persistence": True, "etcd_host": "127.0.0.1", "etcd_port": etcd_port}
         return {
             "motor_deploy_config": {"p_instances_num": 2, "d_instances_num": 2},
@@ -65,7 +72,11 @@ class ChaosSettings:
                     "infer_timeout": self.infer_timeout_s,
                 },
                 "timeout_config": {"read_timeout": self.read_timeout_s, "connection_timeout": 2},
-                **({"etcd_config": etcd} | standby if self.standby else {}),
+                **(
+                    {"etcd_config": {"etcd_host": "127.0.0.1", "etcd_port": etcd_port}} | standby
+                    if self.standby
+                    else {}
+                ),
             },
             "motor_engine_prefill_config": {"engine_config": engine},
             "motor_engine_decode_config": {"engine_config": engine},
@@ -244,10 +255,22 @@ class ChaosCluster:
 
     def routed(self) -> set[str]:
         """The instance ids in the coordinator's set (empty when it does not answer)."""
+        return self.routed_or_none() or set()
+
+    def leadership(self, name: str) -> str | None:
+        """ "leader" or "standby" as the process of component `name` says on its probe port (None: no answer)."""
+        try:
+            port = self.record(name)["ports"]["probe"]
+            return httpx.get(f"http://127.0.0.1:{port}/leadership", timeout=HTTP_TIMEOUT_S).json()["role"]
+        except (httpx.HTTPError, ValueError, KeyError, StopIteration):
+            return None
+
+    def routed_or_none(self) -> set[str] | None:
+        """The coordinator's instance set, or None when no coordinator answers (set() is an empty set)."""
         try:
             body = httpx.get(f"{self.mgmt_url}/instances", timeout=HTTP_TIMEOUT_S).json()
         except (httpx.HTTPError, ValueError):
-            return set()
+            return None
         return {instance["id"] for instance in body.get("instances", [])}
 
     def coordinator_workers(self) -> list[dict[str, Any]]:
@@ -321,6 +344,8 @@ def deploy(
     etcd = EtcdProcess(workdir / "etcd")
     etcd.start()
     config = sim_config(workdir / "config", overrides=settings.overrides(etcd.client_port))
+    if settings.standby:
+        config = _with_probe_ports(config)
     env = json.loads(config.env.read_text())
     transfer_timeouts = {"ASCEND_CONNECT_TIMEOUT": "1000", "ASCEND_TRANSFER_TIMEOUT": "1000"}  # < the lease
     env = merge(
@@ -344,6 +369,20 @@ def deploy(
         cluster.stop()
         raise
     return cluster
+
+
+def _with_probe_ports(config: ConfigPair) -> ConfigPair:
+    """Standby probe ports inside the free block sim_config took (its ports base+20 … base+23 are unused)."""
+    base = config.coordinator_api["coordinator_api_infer_port"]
+    doc = merge(
+        config.doc,
+        {
+            "motor_controller_config": {"standby_config": {"probe_port": base + 20}},
+            "motor_coordinator_config": {"standby_config": {"probe_port": base + 22}},
+        },
+    )
+    config.user.write_text(json.dumps(doc, indent=2))
+    return ConfigPair(config.directory, config.user, config.env, doc)
 
 
 def _behind_proxy(plan: Plan, instance: str) -> tuple[Plan, BlackholeProxy]:

@@ -8,6 +8,7 @@ whether the cluster is whole again. Every process is signalled by pid, and only 
 import contextlib
 import os
 import signal
+import time
 from dataclasses import dataclass, field
 
 from tests.chaos.cluster import INSTANCES, ChaosCluster, alive, wait_until
@@ -45,6 +46,10 @@ class Fault:
 
     def recovered(self, cluster: ChaosCluster) -> bool:
         return cluster.serving_all()
+
+    def notes(self) -> list[str]:
+        """What the run's report should say besides the counts."""
+        return []
 
 
 @dataclass
@@ -192,6 +197,48 @@ class EtcdKilled(Fault):
 
 
 @dataclass
+class LeaderKilled(Fault):
+    """SIGKILL whichever process of a standby pair leads ("controller" or "coordinator"); the other takes
+    over once the lock's lease expires, and the job supervisor starts the killed one again as the standby."""
+
+    pair: str = "controller"
+    killed: int | None = None
+    killed_name: str = ""
+    took_over_s: float | None = None
+    _killed_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.entry_point = self.pair == "coordinator"
+
+    @property
+    def names(self) -> tuple[str, str]:
+        return self.pair, f"{self.pair}-standby"
+
+    def inject(self, cluster: ChaosCluster) -> None:
+        self.killed_name = next(name for name in self.names if cluster.leadership(name) == "leader")
+        self.killed = cluster.pid(self.killed_name)
+        self._killed_at = time.monotonic()
+        _signal(self.killed, signal.SIGKILL)
+
+    def recovered(self, cluster: ChaosCluster) -> bool:
+        assert self.killed is not None
+        other = next(name for name in self.names if name != self.killed_name)
+        if self.took_over_s is None and cluster.leadership(other) == "leader":
+            self.took_over_s = time.monotonic() - self._killed_at
+        return (
+            self.took_over_s is not None
+            and _restarted(cluster, self.killed_name, self.killed)
+            and cluster.leadership(self.killed_name) == "standby"
+            and cluster.serving_all()
+        )
+
+    def notes(self) -> list[str]:
+        if self.took_over_s is None:
+            return [f"{self.pair}: the standby did not take over"]
+        return [f"{self.pair}: the standby led {self.took_over_s:.1f} s after the leader was killed"]
+
+
+@dataclass
 class Combined(Fault):
     """Several faults at once (each injected, then each healed); recovered when all are."""
 
@@ -211,6 +258,9 @@ class Combined(Fault):
 
     def recovered(self, cluster: ChaosCluster) -> bool:
         return all(fault.recovered(cluster) for fault in self.faults)
+
+    def notes(self) -> list[str]:
+        return [note for fault in self.faults for note in fault.notes()]
 
 
 def instances_prefix(cluster: ChaosCluster) -> str:

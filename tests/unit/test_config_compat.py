@@ -42,7 +42,7 @@ def test_legacy_model_config_merges_with_engine_config_winning():
 def test_unimplemented_pymotor_keys_warn_instead_of_failing():
     user, env = seed()
     user["motor_coordinator_config"]["exception_config"]["recompute_enabled"] = True
-    user["motor_controller_config"]["standby_config"] = {"enable_master_standby": False}
+    user["motor_controller_config"]["observability_config"] = {"observability_enable": False}
     user["north_config"] = {"name": "x"}
     env["motor_mf_store_env"] = {}
     topology = load_documents(user, env)
@@ -51,7 +51,7 @@ def test_unimplemented_pymotor_keys_warn_instead_of_failing():
         "motor_coordinator_config.exception_config.recompute_enabled: pyMotor setting not implemented"
         in joined
     )
-    assert "motor_controller_config.standby_config" in joined
+    assert "motor_controller_config.observability_config" in joined
     assert "north_config" in joined
     assert "env.json:motor_mf_store_env" in joined
 
