@@ -12,7 +12,6 @@ import os
 import secrets
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import TextIO
 
@@ -164,8 +163,9 @@ def _prepare(plan: Plan, topology: Topology, run_dir: Path) -> RunState:
         token=secrets.token_urlsafe(32),
         controller_url=plan.controller_url,
         coordinator_url=plan.coordinator_url,
-        coordinator_mgmt_url=f"http://{LOCAL_HOST}:{coordinator.ports['mgmt']}",
+        coordinator_mgmt_url=f"{coordinator.probe('readiness').scheme}://{LOCAL_HOST}:{coordinator.ports['mgmt']}",
         pool_metrics_url=f"http://{LOCAL_HOST}:{pool[0].ports['metrics']}/metrics" if pool else None,
+        mgmt_tls=plan.mgmt_tls,
     )
     write_state(state)
     return state
@@ -178,9 +178,9 @@ def _start_all(plan: Plan, state: RunState, out: TextIO, began: float) -> None:
         if component.kind == "node_manager":
             node_managers.append((component, started))
         else:
-            _wait_startup(component, started, out, began)
+            _wait_startup(component, started, state, out, began)
     for component, started in node_managers:
-        _wait_startup(component, started, out, began)
+        _wait_startup(component, started, state, out, began)
 
 
 def _start(component: Component, state: RunState) -> ProcessRecord:
@@ -210,12 +210,14 @@ def _start(component: Component, state: RunState) -> ProcessRecord:
     return record
 
 
-def _wait_startup(component: Component, record: ProcessRecord, out: TextIO, began: float) -> None:
+def _wait_startup(
+    component: Component, record: ProcessRecord, state: RunState, out: TextIO, began: float
+) -> None:
     url = component.probe_url("startup", LOCAL_HOST)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     identity = Identity(record.pid, record.start_ticks)
     while True:
-        answer = http_status(url, timeout=1.0)
+        answer = http_status(url, timeout=1.0, tls=state.mgmt_tls)
         if answer is not None and answer[0] == 200:
             break
         if not identity.alive():
@@ -261,19 +263,20 @@ def _wait_ready(plan: Plan, state: RunState, out: TextIO, began: float, timeout:
 
 def _instances(state: RunState) -> dict[str, str]:
     """instance id → "status (engine state)" as the controller sees it."""
-    request = urllib.request.Request(
-        f"{state.controller_url}/controller/instances", headers=bearer(state.token)
+    answer = http_status(
+        f"{state.controller_url}/controller/instances", tls=state.mgmt_tls, headers=bearer(state.token)
     )
+    if answer is None or answer[0] != 200:
+        return {}
     try:
-        with urllib.request.urlopen(request, timeout=2.0) as response:
-            views = ControllerState.model_validate_json(response.read()).instances
-    except (OSError, ValidationError):
+        views = ControllerState.model_validate_json(answer[1]).instances
+    except ValidationError:
         return {}
     return {v.instance.id: f"{v.instance.status} (engine {v.engine_state})" for v in views}
 
 
 def _coordinator_ready(state: RunState) -> bool:
-    answer = http_status(f"{state.coordinator_mgmt_url}/readiness")
+    answer = http_status(f"{state.coordinator_mgmt_url}/readiness", tls=state.mgmt_tls)
     if answer is None or answer[0] != 200:
         return False
     try:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from motor.protocol.specs import TlsFiles
+
 STATE_FILE = "state.json"
 LOG_DIR = "logs"
 
@@ -38,6 +40,7 @@ class RunState(BaseModel):
     coordinator_url: str
     coordinator_mgmt_url: str
     pool_metrics_url: str | None = None
+    mgmt_tls: TlsFiles | None = None  # what the CLI presents to and trusts from the management ports
     components: list[ProcessRecord] = []
 
 
