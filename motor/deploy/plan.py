@@ -363,6 +363,16 @@ def build_plan(
                 bootstrap_port=bootstrap_port,
                 store_lookup_ordinal=ordinal,
             )
+            engine = engine.model_copy(
+                update={
+                    "env": {name: value for name, value in engine.env.items() if not is_secret_name(name)},
+                    "secret_env": [
+                        SecretRef(env=name)
+                        for name in engine.env
+                        if is_secret_name(name) and name not in MOTOR_SECRETS
+                    ],
+                }
+            )
             model_name = served_model_name(role_spec)
         except LaunchError as exc:
             problems.setdefault(str(exc), ConfigIssue(exc.path, exc.message))

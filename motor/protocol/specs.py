@@ -119,6 +119,11 @@ class EngineSpec(SpecModel):
     engine_type: str
     argv: list[str] = Field(min_length=1)
     env: dict[str, str] = Field(description="set on top of the node manager's environment")
+    secret_env: list[SecretRef] = Field(
+        default=[],
+        description="env.json credentials (HF_TOKEN, ...) the engine takes from the node manager's environment; "
+        "motor's own secrets are never among them",
+    )
     files: dict[str, str] = Field(description="path -> content, written before every start")
     port: Port
     status_port: Port
