@@ -367,3 +367,37 @@ def test_dry_run_writes_secret_values_only_when_asked(tmp_path: Path) -> None:
         if document["kind"] == "Secret":
             assert all(value.startswith("<redacted") for value in document["stringData"].values())
     assert "key-in-config" in written("--include-secrets")
+
+
+def test_tls_files_come_from_secrets_and_probes_present_a_certificate() -> None:
+    user = sim_user_config()
+    files = {"ca_file": "/etc/mgmt/ca.crt", "cert_file": "/etc/mgmt/tls.crt", "key_file": "/etc/mgmt/tls.key"}
+    user["motor_deploy_config"]["tls_config"] = {"mgmt_tls_config": {"enable_tls": True, **files}}
+    objects = by_kind_name(manifests_for(user))
+    controller = objects["Deployment", "controller"]
+    volumes = {v["name"]: v for v in controller["spec"]["template"]["spec"]["volumes"]}
+    (mount,) = [m for m in container(controller)["volumeMounts"] if "secret" in volumes[m["name"]]]
+    assert (mount["mountPath"], mount["readOnly"]) == ("/etc/mgmt", True)
+    secret = volumes[mount["name"]]["secret"]
+    assert secret["secretName"] == "motor-mgmt-tls"
+    assert [item["key"] for item in secret["items"]] == ["ca.crt", "tls.crt", "tls.key"]
+    probe = container(controller)["readinessProbe"]["exec"]["command"]
+    assert probe[:4] == ["python3", "-m", "motor.runtime.probe", "https://{advertise_host}:1027/readiness"]
+    assert probe[4:] == [
+        "--cert-file",
+        "/etc/mgmt/tls.crt",
+        "--key-file",
+        "/etc/mgmt/tls.key",
+        "--ca-file",
+        "/etc/mgmt/ca.crt",
+    ]
+    # the pool master speaks no motor TLS: kubelet probes it as before
+    assert "httpGet" in container(objects["Deployment", "kv-pool"])["readinessProbe"]
+
+
+def test_tls_files_of_two_channels_in_one_directory_are_refused() -> None:
+    user = sim_user_config()
+    same = {"enable_tls": True, "cert_file": "/etc/tls/a.crt", "key_file": "/etc/tls/a.key"}
+    user["motor_deploy_config"]["tls_config"] = {"mgmt_tls_config": same, "infer_tls_config": same}
+    with pytest.raises(ValueError, match="/etc/tls: TLS files of two channels"):
+        manifests_for(user)

@@ -2,7 +2,10 @@
 over HTTPS with client certificates (mutual TLS), the control plane (registrations, heartbeats, pushes, probes)
 over HTTPS with mutual TLS, and the clients that lack the CA or a certificate turned away."""
 
+import os
 import ssl
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -110,3 +113,17 @@ def test_a_revoked_client_certificate_is_refused(tls_run: tuple[LocalRun, Pki, I
         httpx.get(
             f"{https(run.api_url)}/v1/models", verify=client_tls(pki, revoked), timeout=10
         ).raise_for_status()
+
+
+@pytest.mark.slow
+def test_the_exec_probe_kubernetes_runs_presents_the_components_certificate(
+    tls_run: tuple[LocalRun, Pki, Issued],
+) -> None:
+    run, pki, client = tls_run
+    url = https(run.mgmt_url).replace("127.0.0.1", "{advertise_host}") + "/readiness"
+    env = {**os.environ, "MOTOR_ADVERTISE_HOST": "127.0.0.1"}
+    probe = [sys.executable, "-m", "motor.runtime.probe", url, "--ca-file", str(pki.ca_file)]
+    with_cert = [*probe, "--cert-file", str(client.cert), "--key-file", str(client.key)]
+    assert subprocess.run(with_cert, env=env, capture_output=True, timeout=30).returncode == 0
+    refused = subprocess.run(probe, env=env, capture_output=True, text=True, timeout=30)
+    assert refused.returncode == 1 and "no answer" in refused.stderr
