@@ -132,6 +132,13 @@ def etcdctl_ids(etcd: EtcdServer, job_id: str) -> set[str]:
     return {line.rsplit("/", 1)[-1] for line in keys.split() if line}
 
 
+async def wait_persisted(etcd: EtcdServer, job_id: str, expected: set[str], timeout: float = 15.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (found := etcdctl_ids(etcd, job_id)) != expected:
+        assert asyncio.get_running_loop().time() < deadline, found
+        await asyncio.sleep(0.2)
+
+
 async def test_controller_authenticates_to_etcd_and_renews_an_expired_token(
     tmp_path: Path,
     control_plane: ControlPlane,
@@ -152,17 +159,15 @@ async def test_controller_authenticates_to_etcd_and_renews_an_expired_token(
         control_plane.controller(config, coordinators=recorder.url, name="controller-anonymous")
 
     credentials = {"MOTOR_ETCD_USERNAME": "root", "MOTOR_ETCD_PASSWORD": "root-secret"}
-    control_plane.controller(config, coordinators=recorder.url, env=credentials)
+    controller = control_plane.controller(config, coordinators=recorder.url, env=credentials)
     control_plane.node_manager(config, "prefill", 0, k=0)
     control_plane.node_manager(config, "decode", 0, k=1)
     for instance_id in ("prefill-0", "decode-0"):
         await wait_status(config, instance_id, "active")
     await asyncio.sleep(2.5)  # the controller's auth token expires while nothing changes
     await terminate(config, "decode-0")
-    deadline = asyncio.get_running_loop().time() + 15
-    while etcdctl_ids(etcd, job_id) != {"prefill-0"}:
-        assert asyncio.get_running_loop().time() < deadline, etcdctl_ids(etcd, job_id)
-        await asyncio.sleep(0.2)
+    await wait_persisted(etcd, job_id, {"prefill-0"})
+    assert "invalid auth token" in controller.log_text()  # the expired token was met, and renewed
 
 
 async def test_controller_persists_to_etcd_over_mutual_tls_with_an_encrypted_key(
@@ -191,10 +196,7 @@ async def test_controller_persists_to_etcd_over_mutual_tls_with_an_encrypted_key
     control_plane.controller(config, coordinators=recorder.url)
     control_plane.node_manager(config, "prefill", 0, k=0)
     await wait_status(config, "prefill-0", "active")
-    deadline = asyncio.get_running_loop().time() + 15
-    while etcdctl_ids(etcd, job_id) != {"prefill-0"}:
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0.2)
+    await wait_persisted(etcd, job_id, {"prefill-0"})
 
     # without a client certificate etcd refuses the controller
     without_cert = {**tls, "cert_file": "", "key_file": "", "passwd_file": ""}
