@@ -47,6 +47,11 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     add_config_arguments(deploy)
     deploy.add_argument("--dry-run", action="store_true", help="only produce the Kubernetes manifests")
     deploy.add_argument("--output", type=Path, help="with --dry-run: directory to write the manifests into")
+    deploy.add_argument(
+        "--include-secrets",
+        action="store_true",
+        help="with --dry-run: write the Secrets' values (API keys, tokens) instead of markers",
+    )
     update = deploy.add_mutually_exclusive_group()
     update.add_argument(
         "--update-config",
@@ -121,8 +126,8 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_deploy(args: argparse.Namespace) -> int:
-    if args.output is not None and not args.dry_run:
-        print("motor: --output only goes with --dry-run", file=sys.stderr)
+    if (args.output is not None or args.include_secrets) and not args.dry_run:
+        print("motor: --output and --include-secrets only go with --dry-run", file=sys.stderr)
         return EXIT_USAGE
     topology = load_topology(args)
     if isinstance(topology, int):
@@ -181,7 +186,8 @@ def _with_deploy_mode(texts: "ConfigTexts", deploy_mode: str) -> Topology | int:
 
 
 def _dry_run(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace) -> int:
-    from motor.deploy.k8s.manifests import build_manifests
+    from motor.deploy.k8s.manifests import ManifestFile, build_manifests
+    from motor.deploy.k8s.secrets import redact_objects
     from motor.deploy.k8s.yaml_io import dump_all, write_manifests
 
     plan = _plan(topology, "kubernetes")
@@ -198,12 +204,16 @@ def _dry_run(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace)
     except ValueError as exc:
         print(f"motor: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if not args.include_secrets:
+        files = [ManifestFile(f.name, redact_objects(f.objects)) for f in files]
     if args.output is None:
         sys.stdout.write(dump_all([obj for manifest_file in files for obj in manifest_file.objects]))
         return 0
     written = write_manifests(files, args.output)
     count = sum(len(manifest_file.objects) for manifest_file in files)
     print(f"wrote {count} object(s) in {len(written)} file(s) to {args.output} (dry run: nothing applied)")
+    if not args.include_secrets:
+        print("  Secret values are written as markers; --include-secrets writes them")
     for path in written:
         print(f"  {path.name}")
     return 0

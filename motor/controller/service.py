@@ -39,7 +39,16 @@ class Controller:
         self.pusher = EventPusher(
             settings.coordinator_urls, self.registry.active, session, token=settings.token
         )
-        self.store = EtcdStore(settings.etcd, settings.job_id) if settings.etcd else None
+        self.store = (
+            EtcdStore(
+                settings.etcd,
+                settings.job_id,
+                username=settings.etcd_username,
+                password=settings.etcd_password,
+            )
+            if settings.etcd
+            else None
+        )
         # Restored instances no node manager confirmed yet: until they are confirmed (or a heartbeat timeout
         # passed) nothing is pushed, so coordinators keep routing on the set they have.
         self._unconfirmed: set[str] = set()
@@ -52,6 +61,7 @@ class Controller:
         persisted = await self.store.load()
         now = time.monotonic()
         for item in persisted:
+            # not routable again until its node manager's heartbeat says the engine is healthy
             self._unconfirmed.add(item.instance.id)
             self.registry.restore(item.instance, item.node_manager_url, now)
             log.info(

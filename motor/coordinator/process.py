@@ -65,7 +65,12 @@ async def run_single_process(settings: CoordinatorSettings, stop: asyncio.Event)
     keep_alive = config.timeout_config.keep_alive_timeout
     level = config.logging_config.log_level
     control.servers = [
-        (make_server(InferenceApp(core), keep_alive_timeout=keep_alive, log_level=level), infer_socket),
+        (
+            make_server(
+                InferenceApp(core), keep_alive_timeout=keep_alive, log_level=level, tls=settings.infer_tls
+            ),
+            infer_socket,
+        ),
         (
             make_server(
                 ManagementApp(
@@ -73,6 +78,7 @@ async def run_single_process(settings: CoordinatorSettings, stop: asyncio.Event)
                 ),
                 keep_alive_timeout=keep_alive,
                 log_level=level,
+                tls=settings.mgmt_tls,
             ),
             mgmt_socket,
         ),

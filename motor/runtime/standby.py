@@ -11,13 +11,14 @@ standby.
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 
-import aetcd
 from aiohttp import web
 
 from motor.protocol.specs import StandbySpec
+from motor.runtime.etcd import etcd_client
 from motor.runtime.leader import ElectionSettings, LeaderElection
 
 log = logging.getLogger(__name__)
@@ -78,11 +79,9 @@ async def run_with_standby(spec: StandbySpec, host: str, name: str, lead: Lead, 
         retry_interval=spec.retry_interval,
         max_failures=spec.max_failures,
     )
+    username, password = spec.etcd.username.resolve(os.environ), spec.etcd.password.resolve(os.environ)
     election = LeaderElection(
-        lambda: aetcd.Client(spec.etcd_host, spec.etcd_port, timeout=spec.etcd_timeout),
-        settings,
-        name=name,
-        timeout_s=spec.etcd_timeout,
+        lambda: etcd_client(spec.etcd, username, password), settings, name=name, timeout_s=spec.etcd.timeout
     )
     log.info(
         "%s: standby; answering probes on %s:%d, waiting for %s", name, host, spec.probe_port, spec.lock_key

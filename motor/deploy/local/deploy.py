@@ -12,7 +12,6 @@ import json
 import secrets
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -178,8 +177,9 @@ def _prepare(plan: Plan, topology: Topology, run_dir: Path) -> RunState:
         token=secrets.token_urlsafe(32),
         controller_url=plan.controller_url,
         coordinator_url=plan.coordinator_url,
-        coordinator_mgmt_url=f"http://{LOCAL_HOST}:{coordinator.ports['mgmt']}",
+        coordinator_mgmt_url=f"{coordinator.probe('readiness').scheme}://{LOCAL_HOST}:{coordinator.ports['mgmt']}",
         pool_metrics_url=f"http://{LOCAL_HOST}:{pool[0].ports['metrics']}/metrics" if pool else None,
+        mgmt_tls=plan.mgmt_tls,
     )
     write_job(run_dir, job_from_plan(plan, run_dir))
     write_state(state)
@@ -304,19 +304,20 @@ def _check_supervised(state: RunState) -> None:
 
 def _instances(state: RunState) -> dict[str, str]:
     """instance id → "status (engine state)" as the controller sees it."""
-    request = urllib.request.Request(
-        f"{state.controller_url}/controller/instances", headers=bearer(state.token)
+    answer = http_status(
+        f"{state.controller_url}/controller/instances", tls=state.mgmt_tls, headers=bearer(state.token)
     )
+    if answer is None or answer[0] != 200:
+        return {}
     try:
-        with urllib.request.urlopen(request, timeout=2.0) as response:
-            views = ControllerState.model_validate_json(response.read()).instances
-    except (OSError, ValidationError):
+        views = ControllerState.model_validate_json(answer[1]).instances
+    except ValidationError:
         return {}
     return {v.instance.id: f"{v.instance.status} (engine {v.engine_state})" for v in views}
 
 
 def _coordinator_ready(state: RunState) -> bool:
-    answer = http_status(f"{state.coordinator_mgmt_url}/readiness")
+    answer = http_status(f"{state.coordinator_mgmt_url}/readiness", tls=state.mgmt_tls)
     if answer is None or answer[0] != 200:
         return False
     try:

@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from motor.protocol.specs import TlsFiles
+
 STATE_FILE = "state.json"
 LOG_DIR = "logs"
 SUPERVISOR_LOG = "supervisor.log"
@@ -83,6 +85,7 @@ class RunState(BaseModel):
     coordinator_url: str
     coordinator_mgmt_url: str
     pool_metrics_url: str | None = None
+    mgmt_tls: TlsFiles | None = None  # what the CLI presents to and trusts from the management ports
     components: list[ProcessRecord] = []
     supervisor: SupervisorRecord | None = None
     update: UpdateRecord | None = None

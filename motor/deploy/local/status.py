@@ -4,7 +4,6 @@ coordinator's metrics) and pool usage, as rich tables; `--watch` redraws them in
 import json
 import sys
 import time
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from motor.observability.traffic import CoordinatorSample, Traffic, scrape_coord
 from motor.pool.metrics import MetricsUnavailable, PoolSnapshot, scrape_pool
 from motor.protocol.controller import ControllerState, bearer
 from motor.runtime.processes import Identity
+from motor.runtime.tls import client_context
 
 DEFAULT_WATCH_INTERVAL_S = 2.0
 CONSOLE_WIDTH = 160
@@ -102,7 +102,9 @@ def look(state: RunState, previous: CoordinatorSample | None) -> JobView:
     sample: CoordinatorSample | None = None
     traffic: Traffic | str | None
     try:
-        sample = scrape_coordinator(f"{state.coordinator_mgmt_url}/metrics", time.monotonic())
+        url = f"{state.coordinator_mgmt_url}/metrics"
+        context = client_context(state.mgmt_tls) if url.startswith("https:") else None
+        sample = scrape_coordinator(url, time.monotonic(), context=context)
         traffic = traffic_between(previous, sample)
     except (OSError, ValueError) as exc:
         traffic = f"the coordinator's metrics at {state.coordinator_mgmt_url}/metrics do not answer ({exc})"
@@ -180,7 +182,7 @@ def _components(state: RunState) -> tuple[list[tuple[str, str, str, str, str, st
         elif not Identity(record.pid, record.start_ticks).alive():
             condition, healthy = "exited", False
         else:
-            answer = http_status(record.probe_url)
+            answer = http_status(record.probe_url, tls=state.mgmt_tls)
             condition = "running" if answer is not None and answer[0] == 200 else "running, probe failing"
             healthy = healthy and condition == "running"
         if record.kind == "coordinator" and condition == "running":
@@ -190,7 +192,7 @@ def _components(state: RunState) -> tuple[list[tuple[str, str, str, str, str, st
 
 
 def _coordinator_detail(state: RunState) -> str:
-    answer = http_status(f"{state.coordinator_mgmt_url}/readiness")
+    answer = http_status(f"{state.coordinator_mgmt_url}/readiness", tls=state.mgmt_tls)
     if answer is None:
         return ""
     try:
@@ -201,14 +203,16 @@ def _coordinator_detail(state: RunState) -> str:
 
 
 def _controller(state: RunState) -> ControllerState | str:
-    request = urllib.request.Request(
-        f"{state.controller_url}/controller/instances", headers=bearer(state.token)
+    answer = http_status(
+        f"{state.controller_url}/controller/instances", tls=state.mgmt_tls, headers=bearer(state.token)
     )
+    if answer is None or answer[0] != 200:
+        reason = "no answer" if answer is None else f"HTTP {answer[0]}"
+        return f"the controller at {state.controller_url} does not answer ({reason})"
     try:
-        with urllib.request.urlopen(request, timeout=2.0) as response:
-            return ControllerState.model_validate_json(response.read())
-    except (OSError, ValidationError) as exc:
-        return f"the controller at {state.controller_url} does not answer ({exc})"
+        return ControllerState.model_validate_json(answer[1])
+    except ValidationError as exc:
+        return f"the controller at {state.controller_url} gave an unexpected answer ({exc})"
 
 
 def _pool(state: RunState) -> PoolSnapshot | str | None:

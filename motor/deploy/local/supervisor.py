@@ -46,6 +46,7 @@ from motor.deploy.local.state import (
 from motor.deploy.local.stop import STOP_ORDER
 from motor.protocol.controller import TerminateRequest, bearer
 from motor.runtime.processes import DEPLOY_GRACE_S, NODE_MANAGER_GRACE_S, start_ticks, stop_all
+from motor.runtime.tls import client_context
 
 log = logging.getLogger("motor.deploy.local.supervisor")
 
@@ -312,7 +313,9 @@ async def supervise(run_dir: Path) -> int:
     if state is None:
         log.error("no state.json in %s: `motor deploy` writes it before it starts the supervisor", run_dir)
         return 2
-    async with aiohttp.ClientSession() as session:
+    # Probes and the controller's terminate call use the management channel's TLS client settings, if any.
+    connector = aiohttp.TCPConnector(ssl=client_context(state.mgmt_tls)) if state.mgmt_tls else None
+    async with aiohttp.ClientSession(connector=connector) as session:
         return await JobSupervisor(run_dir, state, job, session).run()
 
 
