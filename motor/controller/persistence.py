@@ -17,13 +17,15 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from motor.controller.registry import Change
 from motor.protocol.instances import Instance
 from motor.protocol.specs import EtcdSpec
+from motor.runtime.backoff import Backoff
 from motor.runtime.etcd import etcd_client
 
 ETCD_ERRORS = (aetcd.ClientError, grpc.aio.AioRpcError, TimeoutError)
 
 log = logging.getLogger(__name__)
 
-RETRY_S = 1.0
+# Between failed writes (etcd down or restarting): soon at first, then every few seconds, never in step.
+WRITE_RETRY = Backoff(initial_s=0.2, factor=2.0, cap_s=5.0, jitter=0.2)
 
 
 class PersistedInstance(BaseModel):
@@ -90,6 +92,7 @@ class EtcdStore:
         self._wake.set()
 
     async def run(self) -> None:
+        failures = 0
         while True:
             if not self._dirty:
                 self._wake.clear()
@@ -100,8 +103,12 @@ class EtcdStore:
             except ETCD_ERRORS as exc:
                 log.warning("writing instance %s to %s failed (%s); retrying", instance_id, self.where, exc)
                 await self._reconnect()
-                await asyncio.sleep(RETRY_S)
+                await asyncio.sleep(WRITE_RETRY.delay(failures))
+                failures += 1
                 continue
+            if failures:
+                log.info("%s written again after %d failed attempts", self.where, failures)
+                failures = 0
             if self._dirty.get(instance_id, value) is value:
                 self._dirty.pop(instance_id, None)
 

@@ -10,7 +10,7 @@ from tests.chaos.run import LoadShape
 # CI-sized: a lighter load and shorter holds than benchmarks/chaos.py; the whole directory stays within a few
 # minutes on 2 cores.
 CI_LOAD = LoadShape(rate=8.0, warmup_s=2.0, tail_s=2.0)
-CI_HOLD_S = 8.0
+CI_HOLD_S = 6.0
 
 
 @pytest.fixture(scope="module")

@@ -95,11 +95,13 @@ def test_mooncake_master_killed_costs_hits_not_answers(chaos_cluster: ChaosClust
     assert_nothing_lost(result)
     assert result.report.succeeded == result.report.sent, failures(result.outcomes)
     assert engine_pids(chaos_cluster) == engines  # no engine crashed or was restarted
-    # the prefills look every prompt up in the pool, so they saw the outage (a decode asks the pool only for
-    # the blocks its prefill handed over, and a prefill hands over none while the pool is gone)
-    for name in ("prefill-0", "prefill-1"):
-        after = chaos_cluster.engine_metric(name, "motor_sim_kv_pool_outages_total")
-        assert after is not None and after > (outages[name] or 0), name
+    # the engines' metrics show the outage: the store clients that called the pool while the master was gone
+    # (a prefill looks every prompt up; a restart takes about a second, so not every engine meets it)
+    seen = sum(
+        (chaos_cluster.engine_metric(name, "motor_sim_kv_pool_outages_total") or 0) - (outages[name] or 0)
+        for name in INSTANCES
+    )
+    assert seen >= 1
     for name in INSTANCES:  # every engine is back on the pool
         assert chaos_cluster.engine_metric(name, "motor_sim_kv_pool_up") == 1.0
     pool = chaos_cluster.pool()
@@ -115,6 +117,9 @@ def test_controller_killed_and_restored_from_etcd(chaos_cluster: ChaosCluster) -
         r"persistence on \(etcd at [^)]*\): (\d+) instance\(s\) restored", log_of(chaos_cluster, "controller")
     )
     assert restored[-1] == str(len(INSTANCES))
+    # the coordinator kept routing on the four instances throughout: the restarted controller pushed its first
+    # set only once their node managers' heartbeats confirmed them
+    assert {frozenset(routed) for _, routed in result.routed if routed is not None} == {frozenset(INSTANCES)}
 
 
 def test_node_manager_killed_takes_its_engine_and_starts_a_fresh_one(chaos_cluster: ChaosCluster) -> None:
@@ -140,9 +145,11 @@ def test_etcd_killed_controller_works_from_memory_and_persists_again(chaos_clust
     fault = EtcdKilled("etcd killed (an engine restarts meanwhile)", hold_s=CI_HOLD_S)
     result = run_fault(chaos_cluster, fault, CI_LOAD)
     assert_nothing_lost(result)
-    assert "failed" in log_of(
-        chaos_cluster, "controller"
-    )  # it noticed, kept going, and wrote once etcd was back
+    # it noticed, kept going from memory, retried with backoff and wrote once etcd was back
+    controller_log = log_of(chaos_cluster, "controller")
+    assert re.search(r"etcd at \S+ written again after \d+ failed attempts", controller_log), controller_log[
+        -3000:
+    ]
 
 
 def test_combined_faults(chaos_cluster: ChaosCluster) -> None:
