@@ -7,19 +7,21 @@ request asks for `return_token_ids` and `ignore_eos`, so its tokens are compared
 `tests.fixtures.sim.expected_tokens` (the oracle recomputed from the simulator's specification): an answer
 that repeats, skips or changes a token shows.
 
-Every request ends within its deadline or is counted as hung. The load runs on its own event loop in a thread,
-so the test that injects faults may block.
+Every request ends within its deadline or is counted as hung. The load runs in a process of its own, so the
+test that injects faults may block.
 """
 
 import asyncio
 import json
-import threading
+import multiprocessing
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
+from multiprocessing.connection import Connection
 from typing import Any
 
-import httpx
+import aiohttp
+import uvloop
 
 from tests.fixtures.sim import expected_tokens
 
@@ -103,91 +105,115 @@ def oracle_agrees(reply: _Reply, seed: int) -> bool:
 
 class OpenLoopLoad:
     """`rate` requests per second against `base_url` from `start()` until `stop()`; `join()` waits for every
-    request to end (each within `deadline_s`) and returns the outcomes in request order."""
+    request to end (each within `deadline_s`) and returns the outcomes in request order.
+
+    The load runs in a process of its own (uvloop, aiohttp), so that neither the test's polling nor the GIL
+    delays it: a request is judged by what the cluster did, not by how busy its client was."""
 
     def __init__(self, base_url: str, rate: float, deadline_s: float) -> None:
         self.base_url = base_url
         self.rate = rate
         self.deadline_s = deadline_s
-        self.outcomes: list[Outcome] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="chaos-load", daemon=True)
-        self._error: BaseException | None = None
+        context = multiprocessing.get_context("spawn")
+        self._stop = context.Event()
+        self._results, sender = context.Pipe(duplex=False)
+        self._process = context.Process(
+            target=_load_process, args=(base_url, rate, deadline_s, self._stop, sender), daemon=True
+        )
+        self._sender = sender
 
-    def start(self) -> "OpenLoopLoad":
-        self._thread.start()
+    def start(self, ready_timeout_s: float = 60.0) -> "OpenLoopLoad":
+        self._process.start()
+        self._sender.close()
+        if not self._results.poll(ready_timeout_s):
+            self._process.kill()
+            raise AssertionError(f"the load process did not start within {ready_timeout_s:g} s")
+        self._expect("ready")
         return self
-
-    def stop(self) -> None:
-        self._stop.set()
 
     def join(self) -> list[Outcome]:
         self._stop.set()
-        self._thread.join(timeout=self.deadline_s + 60)
-        if self._thread.is_alive():
+        if not self._results.poll(self.deadline_s + 60):
+            self._process.kill()
             raise AssertionError("the load did not end within its deadline")
-        if self._error is not None:
-            raise self._error
-        return sorted(self.outcomes, key=lambda outcome: outcome.index)
+        outcomes = self._expect("done")
+        self._process.join(timeout=10)
+        return sorted(outcomes, key=lambda outcome: outcome.index)
 
-    def ok_count(self) -> int:
-        return sum(outcome.end is End.OK for outcome in list(self.outcomes))
+    def _expect(self, kind: str) -> Any:
+        message = self._results.recv()
+        if message[0] == "error":
+            raise AssertionError(f"the load process failed: {message[1]}")
+        assert message[0] == kind, message
+        return message[1]
 
-    def ok_since(self, moment: float) -> int:
-        return sum(outcome.end is End.OK and outcome.started >= moment for outcome in list(self.outcomes))
 
-    def _main(self) -> None:
-        try:
-            asyncio.run(self._drive())
-        except BaseException as exc:  # surfaced by join()
-            self._error = exc
+def _load_process(base_url: str, rate: float, deadline_s: float, stop: Any, results: Connection) -> None:
+    try:
+        outcomes = uvloop.run(_drive(base_url, rate, deadline_s, stop, results))
+    except BaseException as exc:
+        results.send(("error", f"{type(exc).__name__}: {exc}"))
+        raise
+    results.send(("done", outcomes))
 
-    async def _drive(self) -> None:
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-        async with httpx.AsyncClient(base_url=self.base_url, timeout=None, limits=limits) as client:
-            began = time.monotonic()
-            tasks: list[asyncio.Task[None]] = []
-            index = 0
-            while not self._stop.is_set():
-                due = began + index / self.rate
-                delay = due - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                tasks.append(asyncio.create_task(self._one(client, index)))
-                index += 1
-            await asyncio.gather(*tasks)
 
-    async def _one(self, client: httpx.AsyncClient, index: int) -> None:
-        endpoint, stream, body = request_body(index)
-        started = time.monotonic()
-        reply = _Reply()
-        end, detail = End.OK, ""
-        try:
-            async with asyncio.timeout(self.deadline_s):
-                if stream:
-                    await _streamed(client, endpoint, body, reply)
-                else:
-                    await _whole(client, endpoint, body, reply)
-        except TimeoutError:
-            end, detail = End.HUNG, f"no end within {self.deadline_s:g} s"
-        except httpx.TransportError as exc:
-            end = End.CONNECTION_AFTER_TOKEN if reply.token_ids else End.CONNECTION_BEFORE_TOKEN
-            detail = f"{type(exc).__name__}: {exc}"
-        if end is End.OK:
-            end, detail = _verdict(reply, stream)
-        self.outcomes.append(
-            Outcome(
-                index=index,
-                stream=stream,
-                endpoint=endpoint,
-                started=started,
-                ended=time.monotonic(),
-                end=end,
-                tokens=len(reply.token_ids),
-                wrong_tokens=not oracle_agrees(reply, seed=index),
-                detail=detail,
-            )
+async def _drive(
+    base_url: str, rate: float, deadline_s: float, stop: Any, results: Connection
+) -> list[Outcome]:
+    outcomes: list[Outcome] = []
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    async with aiohttp.ClientSession(
+        base_url, connector=connector, timeout=aiohttp.ClientTimeout(total=None)
+    ) as session:
+        results.send(("ready", None))
+        began = time.monotonic()
+        tasks: list[asyncio.Task[None]] = []
+        index = 0
+        while not stop.is_set():
+            delay = began + index / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(min(delay, 0.1))
+                continue
+            tasks.append(asyncio.create_task(_one(session, index, deadline_s, outcomes)))
+            index += 1
+        await asyncio.gather(*tasks)
+    return outcomes
+
+
+async def _one(
+    session: aiohttp.ClientSession, index: int, deadline_s: float, outcomes: list[Outcome]
+) -> None:
+    endpoint, stream, body = request_body(index)
+    started = time.monotonic()
+    reply = _Reply()
+    end, detail = End.OK, ""
+    try:
+        async with asyncio.timeout(deadline_s):
+            async with session.post(f"/v1/{endpoint}", json=body) as response:
+                await (_streamed(response, reply) if stream else _whole(response, reply))
+    except TimeoutError:
+        end, detail = End.HUNG, f"no end within {deadline_s:g} s"
+    except (aiohttp.ClientError, OSError) as exc:
+        end = End.CONNECTION_AFTER_TOKEN if reply.token_ids else End.CONNECTION_BEFORE_TOKEN
+        detail = f"{type(exc).__name__}: {exc}"
+    except ValueError as exc:  # a body or event that is not JSON
+        end = End.CUT_AFTER_TOKEN if reply.token_ids else End.ERROR_BEFORE_TOKEN
+        detail = f"malformed answer: {exc}"
+    if end is End.OK:
+        end, detail = _verdict(reply, stream)
+    outcomes.append(
+        Outcome(
+            index=index,
+            stream=stream,
+            endpoint=endpoint,
+            started=started,
+            ended=time.monotonic(),
+            end=end,
+            tokens=len(reply.token_ids),
+            wrong_tokens=not oracle_agrees(reply, seed=index),
+            detail=detail,
         )
+    )
 
 
 def _verdict(reply: _Reply, stream: bool) -> tuple[End, str]:
@@ -206,46 +232,43 @@ def _verdict(reply: _Reply, stream: bool) -> tuple[End, str]:
     return End.OK, ""
 
 
-async def _whole(client: httpx.AsyncClient, endpoint: str, body: dict[str, Any], reply: _Reply) -> None:
-    response = await client.post(f"/v1/{endpoint}", json=body)
+async def _error_message(response: aiohttp.ClientResponse) -> str:
+    text = (await response.read()).decode(errors="replace")
     try:
-        payload = response.json()
-    except ValueError:
-        reply.error = f"HTTP {response.status_code}, not JSON: {response.text[:200]}"
+        message = json.loads(text)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = text[:200]
+    return f"HTTP {response.status}: {message}"
+
+
+async def _whole(response: aiohttp.ClientResponse, reply: _Reply) -> None:
+    if response.status != 200:
+        reply.error = await _error_message(response)
         return
-    if response.status_code != 200:
-        error = payload.get("error") if isinstance(payload, dict) else None
-        explicit = isinstance(error, dict) and "message" in error
-        reply.error = f"HTTP {response.status_code}: {error['message'] if explicit else response.text[:200]}"
-        return
+    payload = json.loads(await response.read())
     choice = payload["choices"][0]
     reply.prompt_ids = choice.get("prompt_token_ids") or payload.get("prompt_token_ids")
     reply.token_ids = list(choice.get("token_ids") or [])
     reply.completed = True
 
 
-async def _streamed(client: httpx.AsyncClient, endpoint: str, body: dict[str, Any], reply: _Reply) -> None:
-    async with client.stream("POST", f"/v1/{endpoint}", json=body) as response:
-        if response.status_code != 200:
-            text = (await response.aread()).decode(errors="replace")
-            try:
-                message = json.loads(text)["error"]["message"]
-            except (ValueError, KeyError, TypeError):
-                message = text[:200]
-            reply.error = f"HTTP {response.status_code}: {message}"
-            return
-        async for line in response.aiter_lines():
-            if not line.startswith("data: "):
-                continue
-            data = line[6:]
-            if data == "[DONE]":
-                reply.done = True
-                continue
-            chunk = json.loads(data)
-            if "error" in chunk:
-                reply.error = f"error event: {chunk['error'].get('message', chunk['error'])}"
-                continue
-            reply.prompt_ids = reply.prompt_ids or chunk.get("prompt_token_ids")
-            for choice in chunk.get("choices", []):
-                reply.prompt_ids = reply.prompt_ids or choice.get("prompt_token_ids")
-                reply.token_ids.extend(choice.get("token_ids") or [])
+async def _streamed(response: aiohttp.ClientResponse, reply: _Reply) -> None:
+    if response.status != 200:
+        reply.error = await _error_message(response)
+        return
+    async for raw in response.content:
+        line = raw.decode().rstrip("\r\n")
+        if not line.startswith("data: "):
+            continue
+        data = line[6:]
+        if data == "[DONE]":
+            reply.done = True
+            continue
+        chunk = json.loads(data)
+        if "error" in chunk:
+            reply.error = f"error event: {chunk['error'].get('message', chunk['error'])}"
+            continue
+        reply.prompt_ids = reply.prompt_ids or chunk.get("prompt_token_ids")
+        for choice in chunk.get("choices", []):
+            reply.prompt_ids = reply.prompt_ids or choice.get("prompt_token_ids")
+            reply.token_ids.extend(choice.get("token_ids") or [])

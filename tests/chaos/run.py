@@ -29,29 +29,46 @@ class RunResult:
     healed_at: float
     recovered_at: float
     routed: list[tuple[float, set[str] | None]]  # the coordinator's instance set, sampled through the run
+    statuses: list[
+        tuple[float, dict[str, str]]
+    ]  # the controller's instance statuses, sampled through the run
+
+    def statuses_of(self, instance: str) -> list[str]:
+        """The statuses the controller gave `instance` in the order they were seen, repeats collapsed."""
+        seen: list[str] = []
+        for _, view in self.statuses:
+            status = view.get(instance)
+            if status is not None and (not seen or seen[-1] != status):
+                seen.append(status)
+        return seen
 
 
 @dataclass
-class RoutingWatch:
-    """Samples the coordinator's instance set every `interval_s` in a thread (None: no coordinator answered)."""
+class ClusterWatch:
+    """Samples, every `interval_s` in a thread, the coordinator's instance set (None: no coordinator answered)
+    and the controller's instance statuses (skipped while no controller answers)."""
 
     cluster: ChaosCluster
     interval_s: float = 0.2
-    samples: list[tuple[float, set[str] | None]] = field(default_factory=list)
+    routed: list[tuple[float, set[str] | None]] = field(default_factory=list)
+    statuses: list[tuple[float, dict[str, str]]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
-        self._thread = threading.Thread(target=self._watch, name="chaos-routing-watch", daemon=True)
+        self._thread = threading.Thread(target=self._watch, name="chaos-cluster-watch", daemon=True)
         self._thread.start()
 
-    def stop(self) -> list[tuple[float, set[str] | None]]:
+    def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
-        return self.samples
 
     def _watch(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self.samples.append((time.monotonic(), self.cluster.routed_or_none()))
+            now = time.monotonic()
+            self.routed.append((now, self.cluster.routed_or_none()))
+            view = self.cluster.controller_view()
+            if view:
+                self.statuses.append((now, view))
 
 
 def run_fault(cluster: ChaosCluster, fault: Fault, shape: LoadShape = LoadShape()) -> RunResult:
@@ -60,7 +77,7 @@ def run_fault(cluster: ChaosCluster, fault: Fault, shape: LoadShape = LoadShape(
     wait_until(cluster.serving_all, HEALTHY_BEFORE_S, f"the cluster whole before {fault.name!r}")
     deadline_s = cluster.settings.infer_timeout_s + 15.0
     load = OpenLoopLoad(cluster.api_url, shape.rate, deadline_s).start()
-    watch = RoutingWatch(cluster)
+    watch = ClusterWatch(cluster)
     try:
         time.sleep(shape.warmup_s)
         injected_at = time.monotonic()
@@ -75,7 +92,7 @@ def run_fault(cluster: ChaosCluster, fault: Fault, shape: LoadShape = LoadShape(
         time.sleep(shape.tail_s)
     finally:
         outcomes = load.join()
-        routed = watch.stop()
+        watch.stop()
     leaked = cluster.keys_left_after_leases()
     report = RunReport.of(
         fault.name,
@@ -86,4 +103,4 @@ def run_fault(cluster: ChaosCluster, fault: Fault, shape: LoadShape = LoadShape(
         keys_leaked=leaked,
         notes=fault.notes(),
     )
-    return RunResult(report, outcomes, injected_at, healed_at, recovered_at, routed)
+    return RunResult(report, outcomes, injected_at, healed_at, recovered_at, watch.routed, watch.statuses)

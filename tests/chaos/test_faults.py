@@ -78,6 +78,9 @@ def test_engine_frozen(chaos_cluster: ChaosCluster) -> None:
     fault = EngineFrozen("engine frozen (SIGSTOP)", instance="decode-0", hold_s=CI_HOLD_S)
     result = run_fault(chaos_cluster, fault, CI_LOAD)
     assert_nothing_lost(result)
+    # its engine server's health checks time out: the instance leaves routing, and comes back once thawed
+    statuses = result.statuses_of("decode-0")
+    assert statuses[0] == "active" and "inactive" in statuses and statuses[-1] == "active", statuses
 
 
 def test_port_blackholed(chaos_cluster: ChaosCluster) -> None:
