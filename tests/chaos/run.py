@@ -11,6 +11,7 @@ from tests.chaos.load import OpenLoopLoad, Outcome
 from tests.chaos.report import RunReport
 
 HEALTHY_BEFORE_S = 90.0
+RECOVERY_POLL_S = 0.25  # each look asks the controller, the coordinator and every engine
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,10 @@ def run_fault(cluster: ChaosCluster, fault: Fault, shape: LoadShape = LoadShape(
         healed_at = time.monotonic()
         fault.heal(cluster)
         wait_until(
-            lambda: fault.recovered(cluster), shape.recovery_timeout_s, f"recovery from {fault.name!r}"
+            lambda: fault.recovered(cluster),
+            shape.recovery_timeout_s,
+            f"recovery from {fault.name!r}",
+            poll_s=RECOVERY_POLL_S,
         )
         recovered_at = time.monotonic()
         time.sleep(shape.tail_s)
