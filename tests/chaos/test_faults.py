@@ -7,7 +7,7 @@ import re
 import pytest
 
 from tests.chaos.cluster import INSTANCES, ChaosCluster
-from tests.chaos.conftest import CI_HOLD_S, CI_LOAD
+from tests.chaos.conftest import CI_FREEZE_S, CI_HOLD_S, CI_LOAD
 from tests.chaos.faults import (
     Combined,
     ComponentKilled,
@@ -75,7 +75,7 @@ def test_decode_engine_killed_mid_stream(chaos_cluster: ChaosCluster) -> None:
 
 
 def test_engine_frozen(chaos_cluster: ChaosCluster) -> None:
-    fault = EngineFrozen("engine frozen (SIGSTOP)", instance="decode-0", hold_s=CI_HOLD_S)
+    fault = EngineFrozen("engine frozen (SIGSTOP)", instance="decode-0", hold_s=CI_FREEZE_S)
     result = run_fault(chaos_cluster, fault, CI_LOAD)
     assert_nothing_lost(result)
     # its engine server's health checks time out: the instance leaves routing, and comes back once thawed
