@@ -60,8 +60,7 @@ class LeaderElection:
         failures = 0
         while not stop.is_set():
             try:
-                lock = self._etcd().lock(key, ttl=self._settings.lease_ttl)
-                attempt = asyncio.ensure_future(lock.acquire(timeout=self._settings.retry_interval))
+                attempt = asyncio.ensure_future(self._attempt(key))
                 stopped = asyncio.ensure_future(stop.wait())
                 await asyncio.wait({attempt, stopped}, return_when=asyncio.FIRST_COMPLETED)
                 stopped.cancel()
@@ -70,7 +69,8 @@ class LeaderElection:
                     with contextlib.suppress(asyncio.CancelledError, *ETCD_ERRORS):
                         await attempt
                     return False
-                if attempt.result():
+                lock = attempt.result()
+                if lock is not None:
                     self._lock = lock
                     log.warning("%s: leading (holds %s in etcd)", self._name, self._settings.lock_key)
                     return True
@@ -83,6 +83,22 @@ class LeaderElection:
                     await asyncio.wait_for(stop.wait(), UNREACHABLE_RETRY.delay(failures))
                 failures += 1
         return False
+
+    async def _attempt(self, key: bytes) -> aetcd.Lock | None:
+        """Try once to take the lock; while someone holds it, watch its key for up to `retry_interval` and return
+        as soon as it is deleted (the holder released it or its lease expired), so the caller tries again at once.
+        Watching, not polling: a standby that only retried every interval would race the restarted leader."""
+        lock = self._etcd().lock(key, ttl=self._settings.lease_ttl)
+        if await lock.acquire(timeout=0):
+            return lock
+        with contextlib.suppress(aetcd.WatchTimeoutError):
+            await self._etcd().watch_once(
+                key,
+                timeout=self._settings.retry_interval,
+                start_revision=lock.revision + 1,
+                kind=aetcd.EventKind.DELETE,
+            )
+        return None
 
     async def hold(self) -> None:
         """Refresh the lease until etcd says it is gone; then return (the caller stops leading)."""

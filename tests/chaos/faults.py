@@ -198,12 +198,15 @@ class EtcdKilled(Fault):
 
 @dataclass
 class LeaderKilled(Fault):
-    """SIGKILL whichever process of a standby pair leads ("controller" or "coordinator"); the other takes
-    over once the lock's lease expires, and the job supervisor starts the killed one again as the standby."""
+    """SIGKILL whichever process of a standby pair leads ("controller" or "coordinator"). Once the lock's lease
+    expires a live process of the pair takes it: the standby, or the killed one if the job supervisor restarted
+    it first and it won the race for the lock (both try as soon as the key is gone). The other one waits as the
+    standby."""
 
     pair: str = "controller"
     killed: int | None = None
     killed_name: str = ""
+    new_leader: str | None = None
     took_over_s: float | None = None
     _killed_at: float = 0.0
 
@@ -222,20 +225,28 @@ class LeaderKilled(Fault):
 
     def recovered(self, cluster: ChaosCluster) -> bool:
         assert self.killed is not None
-        other = next(name for name in self.names if name != self.killed_name)
-        if self.took_over_s is None and cluster.leadership(other) == "leader":
-            self.took_over_s = time.monotonic() - self._killed_at
+        if self.new_leader is None:
+            leading = [name for name in self.names if cluster.leadership(name) == "leader"]
+            if leading and cluster.pid(leading[0]) != self.killed:
+                self.new_leader = leading[0]
+                self.took_over_s = time.monotonic() - self._killed_at
+        if self.new_leader is None:
+            return False
+        waiting = next(name for name in self.names if name != self.new_leader)
         return (
-            self.took_over_s is not None
-            and _restarted(cluster, self.killed_name, self.killed)
-            and cluster.leadership(self.killed_name) == "standby"
+            _restarted(cluster, self.killed_name, self.killed)
+            and cluster.leadership(self.new_leader) == "leader"
+            and cluster.leadership(waiting) == "standby"
             and cluster.serving_all()
         )
 
     def notes(self) -> list[str]:
         if self.took_over_s is None:
-            return [f"{self.pair}: the standby did not take over"]
-        return [f"{self.pair}: the standby led {self.took_over_s:.1f} s after the leader was killed"]
+            return [f"{self.pair}: no live process took over"]
+        who = (
+            "the standby" if self.new_leader != self.killed_name else "the restarted leader (it won the lock)"
+        )
+        return [f"{self.pair}: {who} led {self.took_over_s:.1f} s after the leader was killed"]
 
 
 @dataclass

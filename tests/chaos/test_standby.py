@@ -1,7 +1,9 @@
 """Active/standby (pyMotor's standby_config) under load: the controller and the coordinator each run as a pair
-electing its leader in etcd; killing the leader hands the work to the standby (lock TTL 3 s here), and the job
-supervisor starts the killed process again as the new standby."""
+electing its leader in etcd; killing the leader hands the lock, once its lease expired (TTL 3 s here), to a live
+process of the pair: the standby, or the killed process if the job supervisor restarted it first and it won the
+race for the lock. The other one waits as the standby."""
 
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -31,7 +33,7 @@ def test_one_of_each_pair_leads_and_the_standby_serves_nothing(standby_cluster: 
         assert roles == ["leader", "standby"], pair
 
 
-def test_leader_controller_killed_standby_takes_over_without_routing_changes(
+def test_leader_controller_killed_the_lock_passes_without_routing_changes(
     standby_cluster: ChaosCluster,
 ) -> None:
     fault = LeaderKilled("leader controller killed", pair="controller")
@@ -39,18 +41,15 @@ def test_leader_controller_killed_standby_takes_over_without_routing_changes(
     print(result.report)
     assert result.report.violations == [], failures(result.outcomes)
     assert result.report.succeeded == result.report.sent, failures(result.outcomes)
-    assert fault.took_over_s is not None
+    assert fault.took_over_s is not None and fault.new_leader is not None
     # the coordinator routed on the same four instances throughout: the new leader restored them from etcd
     # and pushed its first set only once their node managers were heard from
     assert {frozenset(routed) for _, routed in result.routed if routed is not None} == {frozenset(INSTANCES)}
-    log = (standby_cluster.run.run_dir / "logs" / f"{fault.killed_name}.log").read_text(errors="replace")
-    assert "4 instance(s) restored" in (
-        standby_cluster.run.run_dir / "logs" / f"{next(n for n in fault.names if n != fault.killed_name)}.log"
-    ).read_text(errors="replace")
-    assert "standby" in log  # the restarted process waits as the standby
+    log = (standby_cluster.run.run_dir / "logs" / f"{fault.new_leader}.log").read_text(errors="replace")
+    assert re.findall(r"(\d+) instance\(s\) restored", log)[-1] == str(len(INSTANCES)), log[-3000:]
 
 
-def test_leader_coordinator_killed_the_port_moves_to_the_standby(standby_cluster: ChaosCluster) -> None:
+def test_leader_coordinator_killed_the_port_moves_to_the_new_leader(standby_cluster: ChaosCluster) -> None:
     fault = LeaderKilled("leader coordinator killed", pair="coordinator")
     result = run_fault(standby_cluster, fault, CI_LOAD)
     print(result.report)
