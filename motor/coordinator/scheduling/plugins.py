@@ -1,0 +1,78 @@
+"""The parts a scheduling profile is made of (the Gateway API inference extension's plugin kinds):
+
+- `PoolFilter`: decides from an endpoint's registration alone (role, status), so it runs when the instance set
+  changes and builds the role's pool; requests never pay for it.
+- `Filter`: narrows the candidates of one decision (`PointFilter` judges each endpoint on its own).
+- `Scorer`: rates each candidate 0–1; a profile adds them up with weights. A `sparse` scorer rates all but a
+  few endpoints 0 and can list those few without looking at the others (`nonzero`), which lets a profile
+  that combines it with the load scorer run on the heap. A scorer that is also a `PickObserver` learns
+  from each decision.
+- `Picker`: chooses one candidate from the weighted totals.
+
+Scorers must give a value that depends only on the endpoint and the request (never on the other candidates):
+then a profile gives the same answer over any subset that contains the winner, which is what the compiled
+deciders in `motor.coordinator.scheduling.compiled` rely on.
+"""
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from motor.coordinator.registry import Target
+from motor.coordinator.scheduling.demand import Demand
+from motor.coordinator.scheduling.load import EndpointLoad, Pool
+
+Exclusions = set[str] | frozenset[str]
+"""Instance ids that already failed this request."""
+
+
+class PoolFilter(ABC):
+    name: ClassVar[str]
+
+    @abstractmethod
+    def keep(self, target: Target) -> bool: ...
+
+
+class Filter(ABC):
+    name: ClassVar[str]
+    keeps_least_loaded: ClassVar[bool] = False
+    """True when the least loaded candidate always passes, so the filter cannot change a load-only winner."""
+
+    @abstractmethod
+    def apply(
+        self, candidates: list[EndpointLoad], demand: Demand, exclude: Exclusions
+    ) -> list[EndpointLoad]: ...
+
+
+class PointFilter(Filter):
+    @abstractmethod
+    def keep(self, endpoint: EndpointLoad, demand: Demand, exclude: Exclusions) -> bool: ...
+
+    def apply(
+        self, candidates: list[EndpointLoad], demand: Demand, exclude: Exclusions
+    ) -> list[EndpointLoad]:
+        return [endpoint for endpoint in candidates if self.keep(endpoint, demand, exclude)]
+
+
+class Scorer(ABC):
+    name: ClassVar[str]
+    sparse: ClassVar[bool] = False
+
+    @abstractmethod
+    def score(self, candidates: list[EndpointLoad], demand: Demand) -> list[float]: ...
+
+    def nonzero(self, pool: Pool, demand: Demand) -> list[EndpointLoad]:
+        """For sparse scorers: every endpoint of `pool` this request could score above 0."""
+        raise NotImplementedError(f"{self.name} is not a sparse scorer")
+
+
+class PickObserver(ABC):
+    @abstractmethod
+    def picked(self, endpoint: EndpointLoad, demand: Demand) -> None:
+        """Called with the endpoint the profile chose for `demand`."""
+
+
+class Picker(ABC):
+    name: ClassVar[str]
+
+    @abstractmethod
+    def pick(self, candidates: list[EndpointLoad], totals: list[float]) -> EndpointLoad: ...
