@@ -6,7 +6,9 @@ import time
 from typing import TYPE_CHECKING
 
 from motor.coordinator.auth import ApiKeyVerifier
+from motor.coordinator.dispatch.attempt import RetryPolicy
 from motor.coordinator.dispatch.callbacks import CallbackRegistry
+from motor.coordinator.dispatch.observe import MetricsObserver
 from motor.coordinator.limits import InFlightLimit, SharedState, TokenBucket
 from motor.coordinator.metrics import CoordinatorMetrics
 from motor.coordinator.registry import InstanceRegistry
@@ -34,6 +36,9 @@ class Core:
         self.config = config
         self.profile = settings.profile
         self.metrics = metrics
+        self.observer = MetricsObserver(metrics)
+        exceptions = config.exception_config
+        self.retry_policy = RetryPolicy(exceptions.max_retry, exceptions.retry_delay)
         self.registry = InstanceRegistry()
         scheduling = config.scheduler_config
         self.scheduler = Scheduler(
@@ -72,7 +77,7 @@ class Core:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
         for dispatch in list(self.active):
-            dispatch.expire("coordinator shutting down")
+            dispatch.expire("shutdown")
         self.pool.close()
 
     def models(self) -> frozenset[str]:
@@ -96,7 +101,6 @@ class Core:
             now = time.perf_counter()
             loop_now = self.loop.time()
             for dispatch in list(self.active):
-                if dispatch.sending_since and now - dispatch.sending_since > write_timeout:
-                    dispatch.expire("write_timeout")
-                elif loop_now > dispatch.deadline:
-                    dispatch.expire("infer_timeout")
+                kind = dispatch.expiry(now, loop_now, write_timeout)
+                if kind is not None:
+                    dispatch.expire(kind)

@@ -2,6 +2,7 @@
 
 import pytest
 
+from motor.coordinator.dispatch.failures import LegFailure
 from motor.coordinator.dispatch.profiles import (
     AGGREGATED_ON_PREFILL,
     AGGREGATED_ON_UNION,
@@ -9,7 +10,6 @@ from motor.coordinator.dispatch.profiles import (
     choose_flow,
     required_roles,
 )
-from motor.coordinator.dispatch.request import LegFailure
 from motor.coordinator.registry import InstanceRegistry
 from motor.kv.connectors import DispatchProfile
 from motor.protocol.instances import Endpoint, Instance, InstanceEvent
