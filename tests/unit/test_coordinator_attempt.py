@@ -19,6 +19,7 @@ from motor.coordinator.dispatch.failures import (
     ABORTS,
     FAILURES,
     EngineRejected,
+    LegFailure,
     no_instance,
     retryable_status,
 )
@@ -34,7 +35,8 @@ from motor.coordinator.metrics import CoordinatorMetrics
 from motor.coordinator.requests import parse_request
 from motor.coordinator.settings import CoordinatorSettings
 from motor.kv.connectors import DispatchProfile
-from motor.protocol.instances import Endpoint, Instance, InstanceEvent
+from motor.protocol.instances import InstanceEvent
+from tests.unit.test_coordinator_dispatch import registry
 
 FINAL_PHASES = {Phase.DONE, Phase.FAILED, Phase.RETRYING, Phase.ABORTED}
 BEFORE_OUTPUT = {Phase.ADMITTED, Phase.DECODE, Phase.PREFILL, Phase.HANDOVER}
@@ -116,16 +118,7 @@ async def core(prometheus: CollectorRegistry) -> AsyncIterator[Core]:
     )
     result = Core(settings, CoordinatorMetrics(prometheus))
     await result.start("http://127.0.0.1:9")
-    instances = [
-        Instance(
-            id=f"{role}-{i}",
-            role=role,  # type: ignore[arg-type]
-            engine_id=f"{role}-{i}",
-            model_name="m",
-            endpoints=[Endpoint(host="127.0.0.1", port=9000 + i)],
-        )
-        for i, role in enumerate(["prefill", "prefill", "decode"])
-    ]
+    instances = registry("prefill", "prefill", "decode").snapshot()
     result.registry.apply(InstanceEvent(event="set", instances=instances))
     yield result
     await result.stop()
@@ -290,3 +283,15 @@ async def test_transitions_feed_the_existing_metrics(core: Core, prometheus: Col
     }
     assert counts == {"prefill": 1, "kv_wait": 1, "decode": 1, "aggregated": 1}
     assert metric(core, prometheus, "motor_coordinator_leg_seconds_sum", leg="kv_wait") == pytest.approx(0.3)
+
+
+async def test_a_leg_closed_before_its_task_resumes_ends_as_cancelled(core: Core) -> None:
+    """concurrent: the decode leg's task may first run after the attempt was aborted; it must end quietly."""
+    d = dispatch(core)
+    attempt = d.new_attempt()
+    leg = attempt.client_leg(attempt.pick("decode"), 4, 10)
+    attempt.abort("client disconnected")
+    with pytest.raises(LegFailure) as caught:
+        await attempt.open_client_leg(leg, b"{}")
+    assert caught.value.kind == "cancelled" and leg.state is LegState.ABORTED
+    assert attempt.cause is None and attempt.phase is Phase.ABORTED

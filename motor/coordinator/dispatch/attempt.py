@@ -116,6 +116,13 @@ class Leg:
         self.attempt.observer.leg_changed(self, old, new, now - self.since)
         self.since = now
 
+    def _advance(self, new: LegState) -> None:
+        """Move on from an engine event, unless the coordinator closed the leg while its task was resuming (a
+        concurrent leg, a callback's prefill): then it ends like a read on the closed connection would."""
+        if self.ended:
+            raise self.failed("cancelled", f"{describe(self.target)}: the leg was closed by the coordinator")
+        self._move(new)
+
     # ---- outcomes ------------------------------------------------------------------------------------------
 
     def failed(self, kind: str, message: str, *, reason: str | None = None) -> LegFailure:
@@ -128,7 +135,7 @@ class Leg:
     def _record(self, failure: LegFailure) -> LegFailure:
         if not self.ended:
             self._move(LegState.FAILED)
-            self.attempt.note_cause(failure)
+            self.attempt._note_cause(failure)
         return failure
 
     def abort(self, reason: str) -> None:
@@ -168,9 +175,9 @@ class Leg:
             b"content-length: %d\r\n\r\n"
             % (dispatch.request.path, target.host_header, attempt.engine_rid, len(body))
         )
-        self._move(LegState.SENT)
+        self._advance(LegState.SENT)
         self.sent_at = self.since
-        attempt.leg_sent(self)
+        attempt._leg_sent(self)
         started = time.perf_counter()
         try:
             connection = await core.pool.request(
@@ -324,14 +331,14 @@ class Attempt:
         leg = self.prefill = self._leg(target, prompt, prompt, self.prefill_deadline(), False)
         return leg
 
-    def leg_sent(self, leg: Leg) -> None:
+    def _leg_sent(self, leg: Leg) -> None:
         if leg.client:
             if self.phase is Phase.ADMITTED:
                 self._enter(Phase.DECODE)
         elif self.phase in (Phase.ADMITTED, Phase.DECODE):
             self._enter(Phase.PREFILL)
 
-    def note_cause(self, failure: LegFailure) -> None:
+    def _note_cause(self, failure: LegFailure) -> None:
         """The attempt's first failure is its cause; failures of legs closed because of it are consequences."""
         if self.cause is None:
             self.cause = failure
@@ -352,7 +359,7 @@ class Attempt:
             raise leg.failed("invalid_json", f"{describe(leg.target)} answered invalid JSON") from None
         if not isinstance(response, dict):
             raise leg.failed("invalid_json", f"{describe(leg.target)} answered a non-object")
-        leg._move(LegState.DONE)
+        leg._advance(LegState.DONE)
         if self.phase is Phase.PREFILL:
             self._enter(Phase.HANDOVER)
         params = response.get("kv_transfer_params")
@@ -372,7 +379,7 @@ class Attempt:
     def prefill_failed(self, failure: LegFailure) -> None:
         """A prefill leg the attempt does not await failed (decode_first's callback): its failure is the
         attempt's cause, and the other legs are closed at once so the attempt ends now."""
-        self.note_cause(failure)
+        self._note_cause(failure)
         for leg in self.legs:
             if not leg.ended:
                 leg.abort(f"{failure.role} leg failed")
@@ -430,10 +437,10 @@ class Attempt:
             silence = read_timeout
 
     def _output(self, leg: Leg) -> None:
+        leg._advance(LegState.RECEIVING)
         if self.prefill is not None:
             # The decode side has the KV now (it produced output): the prefill side no longer holds it for us.
             self.prefill.allocation.release_kv()
-        leg._move(LegState.RECEIVING)
         self._enter(Phase.STREAMING)
         self.output_at = self.since
 

@@ -3,13 +3,19 @@
 An attempt (`motor.coordinator.dispatch.attempt.Attempt`, the only code that moves these states) is one try at
 getting the client-facing leg to its first output, plus the relay of the rest:
 
-    ADMITTED ──► PREFILL ──► HANDOVER ──► STREAMING ──► DONE
-        │           ▲  └──────────────────►  ▲    └────► FAILED   (error event: relay.py)
-        └──► DECODE ┴────────────────────────┘
-    any phase before STREAMING ──► RETRYING (another attempt follows) | FAILED (error response)
-    any phase that is not final ──► ABORTED (client gone, client not reading, infer_timeout, shutdown)
+    ADMITTED  → DECODE | PREFILL
+    DECODE    → PREFILL (decode_first: the decode engine called back) | STREAMING (aggregated)
+    PREFILL   → HANDOVER | STREAMING (concurrent: the decode leg's output came before the prefill's answer)
+    HANDOVER  → STREAMING
+    STREAMING → DONE | FAILED (the relay ends the stream with an error event)
+    ADMITTED, DECODE, PREFILL, HANDOVER → RETRYING (another attempt follows) | FAILED (error response)
+    every phase that is not final → ABORTED (client gone, client not reading, infer_timeout, shutdown)
 
-- ADMITTED: flow chosen, nothing sent.
+The flows: aggregated ADMITTED → DECODE → STREAMING → DONE; prefill_first ADMITTED → PREFILL → HANDOVER →
+STREAMING → DONE; concurrent ADMITTED → PREFILL (both legs sent) → HANDOVER → STREAMING → DONE; decode_first
+ADMITTED → DECODE → PREFILL → HANDOVER → STREAMING → DONE.
+
+- ADMITTED: the attempt started; nothing is sent yet.
 - DECODE: the client-facing leg is sent and awaits its first output with no prefill answer in play
   (aggregated; decode_first before the decode engine called back).
 - PREFILL: a prefill leg runs (prefill_first before the decode leg exists; concurrent with the decode leg
