@@ -10,6 +10,7 @@ attempt) closes it at once — closing a leg's connection is how it is cancelled
 import asyncio
 import json
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,8 +23,23 @@ from motor.coordinator.dispatch.failures import (
     retryable_status,
 )
 from motor.coordinator.dispatch.states import (
+    ABORTED,
+    ADMITTED,
+    DECODE,
+    DONE,
+    FAILED,
+    HANDOVER,
+    LEG_ABORTED,
+    LEG_DONE,
+    LEG_FAILED,
     LEG_NEXT,
     PHASE_NEXT,
+    PICKED,
+    PREFILL,
+    RECEIVING,
+    RETRYING,
+    SENT,
+    STREAMING,
     InvalidTransition,
     LegState,
     Phase,
@@ -39,7 +55,7 @@ if TYPE_CHECKING:
     from motor.coordinator.dispatch.request import Dispatch
 
 ERROR_EVENT_PREFIX = b'data: {"error"'
-_ENDED_LEG = frozenset({LegState.DONE, LegState.FAILED, LegState.ABORTED})
+_ENDED_LEG = frozenset({LEG_DONE, LEG_FAILED, LEG_ABORTED})
 
 
 @dataclass(slots=True)
@@ -94,7 +110,7 @@ class Leg:
         self.allocation = allocation
         self.deadline = deadline
         self.client = client
-        self.state = LegState.PICKED
+        self.state = PICKED
         self.since = time.perf_counter()
         self.sent_at = 0.0
         self.connections: list[UpstreamConnection] = []
@@ -119,7 +135,7 @@ class Leg:
     def _advance(self, new: LegState) -> None:
         """Move on from an engine event, unless the coordinator closed the leg while its task was resuming (a
         concurrent leg, a callback's prefill): then it ends like a read on the closed connection would."""
-        if self.ended:
+        if self.state in _ENDED_LEG:
             raise self.failed("cancelled", f"{describe(self.target)}: the leg was closed by the coordinator")
         self._move(new)
 
@@ -134,7 +150,7 @@ class Leg:
 
     def _record(self, failure: LegFailure) -> LegFailure:
         if not self.ended:
-            self._move(LegState.FAILED)
+            self._move(LEG_FAILED)
             self.attempt._note_cause(failure)
         return failure
 
@@ -144,7 +160,7 @@ class Leg:
             self.task.cancel()
         self.close_connections(reason)
         if not self.ended:
-            self._move(LegState.ABORTED)
+            self._move(LEG_ABORTED)
 
     def close_connections(self, reason: str) -> None:
         if not self.connections:
@@ -175,7 +191,7 @@ class Leg:
             b"content-length: %d\r\n\r\n"
             % (dispatch.request.path, target.host_header, attempt.engine_rid, len(body))
         )
-        self._advance(LegState.SENT)
+        self._advance(SENT)
         self.sent_at = self.since
         attempt._leg_sent(self)
         started = time.perf_counter()
@@ -260,7 +276,7 @@ class Attempt:
         # A retry may land where a cancelled leg of this request is still being torn down; engines refuse a
         # request id they still hold, so later attempts carry their own.
         self.engine_rid = dispatch.rid if number == 0 else f"{dispatch.request_id}-retry{number}".encode()
-        self.phase = Phase.ADMITTED
+        self.phase = ADMITTED
         self.since = time.perf_counter()
         self.first_token_deadline = min(
             dispatch.loop.time() + core.config.exception_config.first_token_timeout, dispatch.deadline
@@ -273,10 +289,10 @@ class Attempt:
         self.cached_tokens: int | None = None
         self.output_at = 0.0
 
-    async def run(self, flow: "Flow") -> None:
-        """Run `flow` until the client-facing leg produced output (STREAMING) or a failure is raised."""
+    def run(self, flow: "Flow") -> Awaitable[None]:
+        """Run `flow`: awaited, it returns once the client-facing leg produced output (STREAMING) or raises."""
         self.pd = flow.pd
-        await flow.run(self)
+        return flow.run(self)
 
     def _enter(self, new: Phase) -> None:
         old = self.phase
@@ -290,7 +306,7 @@ class Attempt:
     @property
     def response_ended(self) -> bool:
         """The relay finished the client's response (normally or with an error event)."""
-        return self.output_at > 0.0 and self.phase in (Phase.DONE, Phase.FAILED)
+        return self.output_at > 0.0 and self.phase in (DONE, FAILED)
 
     # ---- deadlines -----------------------------------------------------------------------------------------
 
@@ -333,10 +349,10 @@ class Attempt:
 
     def _leg_sent(self, leg: Leg) -> None:
         if leg.client:
-            if self.phase is Phase.ADMITTED:
-                self._enter(Phase.DECODE)
-        elif self.phase in (Phase.ADMITTED, Phase.DECODE):
-            self._enter(Phase.PREFILL)
+            if self.phase is ADMITTED:
+                self._enter(DECODE)
+        elif self.phase in (ADMITTED, DECODE):
+            self._enter(PREFILL)
 
     def _note_cause(self, failure: LegFailure) -> None:
         """The attempt's first failure is its cause; failures of legs closed because of it are consequences."""
@@ -359,9 +375,9 @@ class Attempt:
             raise leg.failed("invalid_json", f"{describe(leg.target)} answered invalid JSON") from None
         if not isinstance(response, dict):
             raise leg.failed("invalid_json", f"{describe(leg.target)} answered a non-object")
-        leg._advance(LegState.DONE)
-        if self.phase is Phase.PREFILL:
-            self._enter(Phase.HANDOVER)
+        leg._advance(LEG_DONE)
+        if self.phase is PREFILL:
+            self._enter(HANDOVER)
         params = response.get("kv_transfer_params")
         usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
         details = (
@@ -437,11 +453,11 @@ class Attempt:
             silence = read_timeout
 
     def _output(self, leg: Leg) -> None:
-        leg._advance(LegState.RECEIVING)
+        leg._advance(RECEIVING)
         if self.prefill is not None:
             # The decode side has the KV now (it produced output): the prefill side no longer holds it for us.
             self.prefill.allocation.release_kv()
-        self._enter(Phase.STREAMING)
+        self._enter(STREAMING)
         self.output_at = self.since
 
     # ---- ends ----------------------------------------------------------------------------------------------
@@ -453,8 +469,8 @@ class Attempt:
         assert leg is not None and leg.connection is not None
         if leg.connection.complete:
             leg.release_connection(leg.connection)
-        leg._move(LegState.DONE)
-        self._enter(Phase.DONE)
+        leg._move(LEG_DONE)
+        self._enter(DONE)
 
     def stream_failed(self, failure: LegFailure) -> None:
         """The client-facing leg failed after its output reached the client (the relay ends the stream)."""
@@ -464,14 +480,14 @@ class Attempt:
             leg.release_connection(leg.connection)
         leg._record(failure)
         self.failure = failure
-        self._enter(Phase.FAILED)
+        self._enter(FAILED)
 
     def fail(self, failure: LegFailure, policy: RetryPolicy) -> float | None:
         """Settle a failure before the response started: close every leg, then RETRYING (the delay before the
         next attempt is returned) or FAILED (`self.failure` is what the client is told)."""
         dispatch = self.dispatch
         failure = self.cause or failure
-        if self.phase is Phase.ABORTED:  # ended from outside meanwhile: nothing left to settle
+        if self.phase is ABORTED:  # ended from outside meanwhile: nothing left to settle
             self.failure = failure
             return None
         self.abandon(
@@ -497,24 +513,24 @@ class Attempt:
                 )
             )
         delay = policy.delay(self.number)
-        retry_allowed = Phase.RETRYING in PHASE_NEXT[self.phase]  # the guard: never once output exists
+        retry_allowed = RETRYING in PHASE_NEXT[self.phase]  # the guard: never once output exists
         if not retry_allowed or self.number >= policy.max_retry or now + delay >= dispatch.deadline:
             if self.number:
                 failure.gave_up(self.number + 1)
             return self._end(failure)
         self.failure = failure
-        self._enter(Phase.RETRYING)
+        self._enter(RETRYING)
         return delay
 
     def _end(self, failure: LegFailure) -> None:
         self.failure = failure
-        self._enter(Phase.FAILED)
+        self._enter(FAILED)
 
     def abort(self, reason: str) -> None:
         """Ended from outside (client gone, not reading, infer_timeout, shutdown)."""
         self.abandon(reason)
-        if self.phase not in (Phase.DONE, Phase.FAILED, Phase.RETRYING, Phase.ABORTED):
-            self._enter(Phase.ABORTED)
+        if self.phase not in (DONE, FAILED, RETRYING, ABORTED):
+            self._enter(ABORTED)
 
     def abandon(self, reason: str) -> None:
         """Close every leg still open and release every allocation (end of the attempt or of the request)."""

@@ -12,7 +12,17 @@
 import time
 from typing import TYPE_CHECKING
 
-from motor.coordinator.dispatch.states import LegState, Phase
+from motor.coordinator.dispatch.states import (
+    HANDOVER,
+    LEG_DONE,
+    LEG_FAILED,
+    RECEIVING,
+    RETRYING,
+    SENT,
+    STREAMING,
+    LegState,
+    Phase,
+)
 from motor.coordinator.metrics import CoordinatorMetrics
 
 if TYPE_CHECKING:
@@ -26,23 +36,23 @@ class MetricsObserver:
         self.metrics = metrics
 
     def phase_changed(self, attempt: "Attempt", old: Phase, new: Phase, seconds: float) -> None:
-        if new is Phase.STREAMING:
-            if old is Phase.HANDOVER:
+        if new is STREAMING:
+            if old is HANDOVER:
                 self.metrics.observe_leg("kv_wait", seconds)
-        elif new is Phase.RETRYING:
+        elif new is RETRYING:
             failure = attempt.failure
             assert failure is not None
             self.metrics.retries.labels(failure.role, failure.reason).inc()
 
     def leg_changed(self, leg: "Leg", old: LegState, new: LegState, seconds: float) -> None:
-        if new is LegState.DONE or new is LegState.FAILED:
+        if new is LEG_DONE or new is LEG_FAILED:
             if leg.client:
-                if old is LegState.RECEIVING:
+                if old is RECEIVING:
                     if leg.attempt.pd:
                         self.metrics.observe_leg("decode", seconds)
                     else:
                         self.metrics.observe_leg("aggregated", time.perf_counter() - leg.sent_at)
-            elif old is LegState.SENT and new is LegState.DONE:
+            elif old is SENT and new is LEG_DONE:
                 self.metrics.observe_leg("prefill", seconds)
 
     def leg_cancelled(self, leg: "Leg", reason: str) -> None:

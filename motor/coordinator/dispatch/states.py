@@ -59,6 +59,11 @@ class LegState(IntEnum):
     ABORTED = 5
 
 
+# Looking an enum member up on its class costs about 0.5 µs on Python 3.11 (a global about 0.05 µs); the
+# per-request code compares against these module-level names instead.
+ADMITTED, DECODE, PREFILL, HANDOVER, STREAMING, DONE, FAILED, RETRYING, ABORTED = Phase
+PICKED, SENT, RECEIVING, LEG_DONE, LEG_FAILED, LEG_ABORTED = LegState
+
 _ENDS = (Phase.RETRYING, Phase.FAILED, Phase.ABORTED)
 PHASE_TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.ADMITTED: frozenset({Phase.DECODE, Phase.PREFILL, *_ENDS}),
