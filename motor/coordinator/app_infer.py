@@ -144,7 +144,7 @@ class InferenceApp:
         d.attach(asyncio.current_task())  # type: ignore[arg-type]
         core.active.add(d)
         watcher = core.loop.create_task(receive())
-        watcher.add_done_callback(lambda _: d.expire("client_gone"))
+        watcher.add_done_callback(d.client_gone)
         response_started = False
         try:
             try:

@@ -9,7 +9,6 @@
 | an open connection closed by the coordinator | `motor_coordinator_cancelled_legs_total{reason}` |
 """
 
-import time
 from typing import TYPE_CHECKING
 
 from motor.coordinator.dispatch.states import (
@@ -50,8 +49,8 @@ class MetricsObserver:
                 if old is RECEIVING:
                     if leg.attempt.pd:
                         self.metrics.observe_leg("decode", seconds)
-                    else:
-                        self.metrics.observe_leg("aggregated", time.perf_counter() - leg.sent_at)
+                    else:  # sent → end: the time receiving plus the time before the first output
+                        self.metrics.observe_leg("aggregated", seconds + leg.since - leg.sent_at)
             elif old is SENT and new is LEG_DONE:
                 self.metrics.observe_leg("prefill", seconds)
 

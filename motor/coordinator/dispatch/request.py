@@ -135,6 +135,10 @@ class Dispatch:
             return "infer_timeout"
         return None
 
+    def client_gone(self, _: "asyncio.Future[Any]") -> None:
+        """The client's connection went away (the ASGI `http.disconnect` watcher finished)."""
+        self.expire("client_gone")
+
     def expire(self, kind: str) -> None:
         """End the request from outside its task (an `ABORTS` kind: client gone, write stalled, infer_timeout,
         shutdown): every leg closes now and the task is cancelled."""
