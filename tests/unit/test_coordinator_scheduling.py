@@ -134,15 +134,15 @@ def test_prefix_affinity_scorer_rates_the_owners_of_the_deepest_known_block() ->
     members = endpoints(3)
     pool = Pool(members)
     shared = "system prompt shared by every request " * 4
-    assert (
-        scorer.score(members, demand(shared)) == [0.0, 0.0, 0.0]
-        and scorer.nonzero(pool, demand(shared)) == []
-    )
+    assert scorer.score(members, demand(shared)) == [0.0, 0.0, 0.0]
+    assert scorer.sparse_scores(pool, demand(shared)) == {}
     scorer.picked(members[1], demand(shared))
     scorer.picked(members[2], demand(shared[:32]))  # a shorter prefix: owns shallower blocks only
     assert scorer.score(members, demand(shared + " tail")) == [0.0, 1.0, 0.0]
-    assert scorer.nonzero(pool, demand(shared + " tail")) == [members[1]]
-    assert scorer.nonzero(Pool(members[2:]), demand(shared)) == [], "owners outside the pool are not listed"
+    assert scorer.sparse_scores(pool, demand(shared + " tail")) == {members[1]: 1.0}
+    assert scorer.sparse_scores(Pool(members[2:]), demand(shared)) == {}, (
+        "owners outside the pool are not rated"
+    )
     scorer.picked(members[0], demand("short"))  # no full block: nothing to remember
     assert len(index) == len(text_block_hashes(shared, 4))
 

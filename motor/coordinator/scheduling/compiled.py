@@ -56,23 +56,32 @@ class HeapDecider(Decider):
     def __init__(self, profile: SchedulingProfile, pool: Pool) -> None:
         super().__init__(profile, pool)
         self.heap = LoadHeap(pool.endpoints)
-        self._sparse = tuple(scorer for scorer, _ in profile.scorers if scorer.sparse)
+        self._dense = tuple((scorer, weight) for scorer, weight in profile.scorers if not scorer.sparse)
+        self._sparse = tuple((scorer, weight) for scorer, weight in profile.scorers if scorer.sparse)
         self._filters = tuple(f for f in profile.filters if not isinstance(f, ExcludedFilter))
 
     def decide(self, demand: Demand, exclude: Exclusions) -> EndpointLoad | None:
         least = self.heap.smallest_excluding(exclude)  # type: ignore[union-attr]
         if least is None or not self._sparse:
             return least
+        rated = [(weight, scorer.sparse_scores(self.pool, demand)) for scorer, weight in self._sparse]
         candidates = [least]
-        for scorer in self._sparse:
-            for endpoint in scorer.nonzero(self.pool, demand):
+        for _, scores in rated:
+            for endpoint in scores:
                 if endpoint.instance_id not in exclude and endpoint not in candidates:
                     candidates.append(endpoint)
         if len(candidates) == 1:
             return least
         for f in self._filters:
             candidates = f.apply(candidates, demand, exclude)
-        return self._score_and_pick(candidates, demand)
+        totals = [0.0] * len(candidates)
+        for scorer, weight in self._dense:
+            for i, score in enumerate(scorer.score(candidates, demand)):
+                totals[i] += weight * score
+        for weight, scores in rated:
+            for i, endpoint in enumerate(candidates):
+                totals[i] += weight * scores.get(endpoint, 0.0)
+        return self.profile.picker.pick(candidates, totals)
 
 
 class CursorDecider(Decider):

@@ -4,7 +4,7 @@
   changes and builds the role's pool; requests never pay for it.
 - `Filter`: narrows the candidates of one decision (`PointFilter` judges each endpoint on its own).
 - `Scorer`: rates each candidate 0–1; a profile adds them up with weights. A `sparse` scorer rates all but a
-  few endpoints 0 and can list those few without looking at the others (`nonzero`), which lets a profile
+  few endpoints 0 and can rate those few without looking at the others (`sparse_scores`), which lets a profile
   that combines it with the load scorer run on the heap. A scorer that is also a `PickObserver` learns
   from each decision.
 - `Picker`: chooses one candidate from the weighted totals.
@@ -60,8 +60,8 @@ class Scorer(ABC):
     @abstractmethod
     def score(self, candidates: list[EndpointLoad], demand: Demand) -> list[float]: ...
 
-    def nonzero(self, pool: Pool, demand: Demand) -> list[EndpointLoad]:
-        """For sparse scorers: every endpoint of `pool` this request could score above 0."""
+    def sparse_scores(self, pool: Pool, demand: Demand) -> dict[EndpointLoad, float]:
+        """For sparse scorers: the score of every endpoint of `pool` this request rates above 0."""
         raise NotImplementedError(f"{self.name} is not a sparse scorer")
 
 

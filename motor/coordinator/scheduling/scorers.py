@@ -44,9 +44,9 @@ class PrefixAffinityScorer(Scorer, PickObserver):
         owners = set(self._owners(demand))
         return [1.0 if endpoint.key in owners else 0.0 for endpoint in candidates]
 
-    def nonzero(self, pool: Pool, demand: Demand) -> list[EndpointLoad]:
+    def sparse_scores(self, pool: Pool, demand: Demand) -> dict[EndpointLoad, float]:
         by_key = pool.by_key
-        return [by_key[key] for key in self._owners(demand) if key in by_key]
+        return {by_key[key]: 1.0 for key in self._owners(demand) if key in by_key}
 
     def picked(self, endpoint: EndpointLoad, demand: Demand) -> None:
         hashes = demand.block_hashes(self.block_size)
