@@ -51,6 +51,7 @@ async def relay_stream(attempt: Attempt, send: Send) -> int:
     read_timeout = d.core.config.timeout_config.read_timeout
     deadline = d.deadline
     rewrite_usage = attempt.pd
+    sending, sent = d.sending, d.sent
     tail = b""
     waited = 0.0
     # The per-event path: kept flat (no helper coroutines) because it runs once per token of every stream.
@@ -79,9 +80,9 @@ async def relay_stream(attempt: Attempt, send: Send) -> int:
                 continue
             if rewrite_usage and USAGE_MARK in events:
                 events = await _events(attempt, events)
-            d.sending(now)
+            sending(now)
             await send({"type": "http.response.body", "body": events, "more_body": True})
-            d.sent()
+            sent()
             count = events.count(b"data: {")
             if count:
                 itl.observe((now - last) / count, count)

@@ -20,6 +20,7 @@ class EndpointLoad:
         "kv",
         "last_pick",
         "position",
+        "role",
         "target",
         "tokens",
     )
@@ -28,6 +29,7 @@ class EndpointLoad:
         self.target = target
         self.key = target.key
         self.instance_id = target.instance_id
+        self.role = target.role
         self.tokens = 0.0
         self.kv = 0.0
         self.in_flight = 0

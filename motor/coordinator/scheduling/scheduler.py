@@ -140,7 +140,7 @@ class Scheduler:
         return allocation
 
     def reposition(self, endpoint: EndpointLoad) -> None:
-        heap = self._pools[endpoint.target.role].heap
+        heap = self._pools[endpoint.role].heap
         if heap is not None:
             heap.update(endpoint)
 
