@@ -4,10 +4,10 @@ One decision is what a leg costs the scheduler: `pick` (filters, scorers, picker
 the prompt's block hashes and the prefix index), `allocate` of the leg's load on the chosen endpoint, and the
 `release` of one allocation (the oldest of a rolling window of in-flight legs, so loads keep changing and the
 heap keeps moving). Endpoints start with uneven background load. Every decision is timed on its own with
-`perf_counter_ns`; the table shows P50/P99/max in µs and the plot (`--plot FILE.png`) P50 and P99 per policy.
+`perf_counter_ns`; the table shows P50/P99/max in µs and a PNG (`--plot`) P50 and P99 per policy.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/scheduler.py [--decisions 20000] [--sizes 16,256,1000,4096,65536]
-        [--policies round_robin,load_balance,prefix_affinity] [--exclude 0] [--plot scheduler.png]
+    .venv/bin/python benchmarks/scheduler.py [--decisions 20000] [--sizes 16,256,1000,4096,65536]
+        [--policies round_robin,load_balance,prefix_affinity] [--exclude 0] [--plot benchmarks/out/scheduler.png]
 
 Only the scheduler's public surface is used (`Scheduler(policy, …)`, `set_targets`, `pick`, `allocate`,
 `Allocation.release`, `Demand`, `Target`). To measure a checkout from before the filter → scorer → picker
@@ -22,6 +22,9 @@ import random
 import time
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
+
+from plotting import default_plot_path, figure, save
 
 from motor.coordinator.registry import Target
 from motor.coordinator.scheduling.demand import Demand
@@ -120,18 +123,14 @@ def print_table(results: list[Result], sizes: list[int], policies: list[str]) ->
         print(f"{n:>9} | " + " | ".join(cells))
 
 
-def plot(results: list[Result], sizes: list[int], policies: list[str], path: str, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4.5))
+def plot(results: list[Result], sizes: list[int], policies: list[str], path: Path, title: str) -> None:
+    fig, axes = figure(width=7.0, height=4.5)
+    ax = axes[0][0]
     for policy in policies:
         rows = sorted((r for r in results if r.policy == policy), key=lambda r: r.endpoints)
         xs = [r.endpoints for r in rows]
-        (line,) = axes.plot(xs, [r.p99_us for r in rows], marker="o", label=f"{policy} P99")
-        axes.plot(
+        (line,) = ax.plot(xs, [r.p99_us for r in rows], marker="o", label=f"{policy} P99")
+        ax.plot(
             xs,
             [r.p50_us for r in rows],
             marker=".",
@@ -139,17 +138,15 @@ def plot(results: list[Result], sizes: list[int], policies: list[str], path: str
             color=line.get_color(),
             label=f"{policy} P50",
         )
-    axes.set_xscale("log")
-    axes.set_xticks(sizes, [f"{n:,}" for n in sizes])
-    axes.set_xlabel("endpoints of the role")
-    axes.set_ylabel("µs per decision (pick + allocate + release)")
-    axes.set_ylim(bottom=0)
-    axes.grid(True, alpha=0.3)
-    axes.set_title(title, fontsize=9)
-    axes.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    ax.set_xscale("log")
+    ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
+    ax.set_xlabel("endpoints of the role")
+    ax.set_ylabel("µs per decision (pick + allocate + release)")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    save(fig, path)
 
 
 def main() -> None:
@@ -163,7 +160,7 @@ def main() -> None:
         "--exclude", type=int, default=0, help="instances excluded in every pick (as after failed attempts)"
     )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--plot", help="write a PNG of P50/P99 per policy to this path (needs matplotlib)")
+    parser.add_argument("--plot", type=Path, default=default_plot_path("scheduler"), help="PNG to write")
     parser.add_argument("--title", default="", help="plot title (default: what was measured and the load)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -182,12 +179,11 @@ def main() -> None:
         f"this process on CPU {busy:.0%} of the wall time"
     )
     print_table(results, sizes, policies)
-    if args.plot:
-        title = args.title or (
-            f"scheduler decision cost, {args.decisions} decisions per point, load avg {load_before:.1f}"
-        )
-        plot(results, sizes, policies, args.plot, title)
-        print(f"plot written to {args.plot}")
+    title = (
+        args.title
+        or f"scheduler decision cost, {args.decisions} decisions per point, load avg {load_before:.1f}"
+    )
+    plot(results, sizes, policies, args.plot, title)
 
 
 if __name__ == "__main__":
