@@ -37,12 +37,13 @@ FAILURES: dict[str, FailureRule] = {
     "protocol": _LEG,
     "cancelled": _LEG,
     # the engine's answer: 5xx, 408 or 429 (reason http_<status>); a body that is not an OpenAI response; a
-    # stream that ended, or sent an error event, before any output; a stream that ended without [DONE]
+    # stream that ended, or sent an error event, before any output
     "http_status": _LEG,
     "invalid_json": _LEG,
     "empty_stream": _LEG,
     "error_event": _LEG,
-    "incomplete_stream": FailureRule(True, True, 502, UPSTREAM_ERROR, "incomplete_stream"),
+    # a stream that ended without [DONE]: only ever after output, so only its stream code matters
+    "incomplete_stream": FailureRule(False, False, 502, UPSTREAM_ERROR, "incomplete_stream"),
     # any other 4xx: the request itself is refused, another instance would refuse it too; answered as is
     "engine_rejected": FailureRule(False, False, 400, UPSTREAM_ERROR, "upstream_failed"),
     # no instance for a role (none, only decode ones, or it went away): wait for the controller with backoff
