@@ -200,8 +200,15 @@ def test_profiles_the_fast_paths_cannot_run_take_the_generic_path() -> None:
         pool_filters, (ExcludedFilter(),), ((LoadScorer(), 1.0), (LoadScorer(half=10), 1.0)), MaxScorePicker()
     )
     set_filter_round_robin = SchedulingProfile(pool_filters, (LoadRatioFilter(2.0),), (), RoundRobinPicker())
+    weak_preference = SchedulingProfile(
+        pool_filters,
+        (ExcludedFilter(),),
+        ((PrefixAffinityScorer(PrefixIndex(), 4), 0.5), (LoadScorer(), 1.0)),
+        MaxScorePicker(),
+    )
     assert type(compile_profile(two_dense, pool)) is GenericDecider
     assert type(compile_profile(set_filter_round_robin, pool)) is GenericDecider
+    assert type(compile_profile(weak_preference, pool)) is GenericDecider, "a prefix owner may lose on load"
 
 
 @pytest.mark.parametrize("policy", POLICIES)

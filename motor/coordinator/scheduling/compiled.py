@@ -1,10 +1,11 @@
 """A profile compiled for one pool: the cheapest decider that gives exactly the profile's answer.
 
-- `HeapDecider`: filters `excluded` (+ filters that keep the least loaded), the load scorer plus sparse
-  scorers, the max-score picker. Among endpoints that no sparse scorer rates, the load scorer alone decides,
-  so the winner is either the least loaded non-excluded endpoint — the indexed heap's head, O(1) plus
-  O(k log k) for k excluded instances — or one of the few the sparse scorers list. The profile's filters,
-  scorers and picker then run on that handful. O(log n) per decision with the heap's upkeep.
+- `HeapDecider`: the load scorer and the max-score picker, filters that cannot drop the least loaded endpoint
+  (`excluded`, `load_ratio`), and at most one preference: a binary sparse scorer weighted at least as much as
+  the load scorer (prefix affinity). Without a preference the winner is the least loaded non-excluded endpoint,
+  the indexed heap's head (O(1), plus O(k log k) for k excluded instances). With one, every preferred endpoint
+  outscores every other, so the winner is the least loaded preferred endpoint that passes the filters, else the
+  heap's head; only the few preferred endpoints are looked at. O(log n) per decision with the heap's upkeep.
 - `CursorDecider`: round robin with per-endpoint filters: walk from the cursor, filtering lazily.
 - `GenericDecider`: every filter, scorer and the picker over the whole pool, O(n) per scorer; any profile
   the others cannot run, and the reference the other two are tested against.
@@ -17,7 +18,7 @@ from motor.coordinator.scheduling.filters import ExcludedFilter
 from motor.coordinator.scheduling.heap import LoadHeap
 from motor.coordinator.scheduling.load import EndpointLoad, Pool
 from motor.coordinator.scheduling.pickers import MaxScorePicker, RoundRobinPicker
-from motor.coordinator.scheduling.plugins import Exclusions, PointFilter
+from motor.coordinator.scheduling.plugins import Exclusions, LoadBoundFilter, PointFilter
 from motor.coordinator.scheduling.profiles import SchedulingProfile
 from motor.coordinator.scheduling.scorers import LoadScorer
 
@@ -32,13 +33,6 @@ class Decider(ABC):
     @abstractmethod
     def decide(self, demand: Demand, exclude: Exclusions) -> EndpointLoad | None: ...
 
-    def _score_and_pick(self, candidates: list[EndpointLoad], demand: Demand) -> EndpointLoad:
-        totals = [0.0] * len(candidates)
-        for scorer, weight in self.profile.scorers:
-            for i, score in enumerate(scorer.score(candidates, demand)):
-                totals[i] += weight * score
-        return self.profile.picker.pick(candidates, totals)
-
 
 class GenericDecider(Decider):
     def decide(self, demand: Demand, exclude: Exclusions) -> EndpointLoad | None:
@@ -49,39 +43,40 @@ class GenericDecider(Decider):
             candidates = f.apply(candidates, demand, exclude)
         if not candidates:
             return None
-        return self._score_and_pick(candidates, demand)
+        totals = [0.0] * len(candidates)
+        for scorer, weight in self.profile.scorers:
+            for i, score in enumerate(scorer.score(candidates, demand)):
+                totals[i] += weight * score
+        return self.profile.picker.pick(candidates, totals)
 
 
 class HeapDecider(Decider):
     def __init__(self, profile: SchedulingProfile, pool: Pool) -> None:
         super().__init__(profile, pool)
         self.heap = LoadHeap(pool.endpoints)
-        self._dense = tuple((scorer, weight) for scorer, weight in profile.scorers if not scorer.sparse)
-        self._sparse = tuple((scorer, weight) for scorer, weight in profile.scorers if scorer.sparse)
-        self._filters = tuple(f for f in profile.filters if not isinstance(f, ExcludedFilter))
+        preferences = [scorer for scorer, _ in profile.scorers if scorer.sparse]
+        self._preference = preferences[0] if preferences else None
+        self._bounds = tuple(f for f in profile.filters if isinstance(f, LoadBoundFilter))
 
     def decide(self, demand: Demand, exclude: Exclusions) -> EndpointLoad | None:
         least = self.heap.smallest_excluding(exclude)  # type: ignore[union-attr]
-        if least is None or not self._sparse:
+        if least is None or self._preference is None:
             return least
-        rated = [(weight, scorer.sparse_scores(self.pool, demand)) for scorer, weight in self._sparse]
-        candidates = [least]
-        for _, scores in rated:
-            for endpoint in scores:
-                if endpoint.instance_id not in exclude and endpoint not in candidates:
-                    candidates.append(endpoint)
-        if len(candidates) == 1:
+        preferred = self._preference.sparse_scores(self.pool, demand)
+        if not preferred or least in preferred:
             return least
-        for f in self._filters:
-            candidates = f.apply(candidates, demand, exclude)
-        totals = [0.0] * len(candidates)
-        for scorer, weight in self._dense:
-            for i, score in enumerate(scorer.score(candidates, demand)):
-                totals[i] += weight * score
-        for weight, scores in rated:
-            for i, endpoint in enumerate(candidates):
-                totals[i] += weight * scores.get(endpoint, 0.0)
-        return self.profile.picker.pick(candidates, totals)
+        least_load = least.tokens + least.kv
+        best = least
+        best_key: tuple[float, int] | None = None
+        for endpoint in preferred:
+            if endpoint.instance_id in exclude:
+                continue
+            if not all(f.admits(endpoint, least_load, demand) for f in self._bounds):
+                continue
+            key = (endpoint.tokens + endpoint.kv, endpoint.last_pick)
+            if best_key is None or key < best_key:
+                best, best_key = endpoint, key
+        return best
 
 
 class CursorDecider(Decider):
@@ -110,13 +105,18 @@ def compile_profile(profile: SchedulingProfile, pool: Pool) -> Decider:
         and all(isinstance(f, PointFilter) for f in filters)
     ):
         return CursorDecider(profile, pool)
-    load_scorers = [scorer for scorer, _ in scorers if isinstance(scorer, LoadScorer)]
+    load_weights = [weight for scorer, weight in scorers if isinstance(scorer, LoadScorer)]
+    preferences = [(scorer, weight) for scorer, weight in scorers if scorer.sparse]
     if (
         isinstance(profile.picker, MaxScorePicker)
-        and len(load_scorers) == 1
-        and all(scorer.sparse or scorer is load_scorers[0] for scorer, _ in scorers)
-        and all(weight > 0 for _, weight in scorers)
-        and all(isinstance(f, ExcludedFilter) or f.keeps_least_loaded for f in filters)
+        and len(load_weights) == 1
+        and load_weights[0] > 0
+        and len(scorers) == 1 + len(preferences)
+        and (
+            not preferences
+            or (len(preferences) == 1 and preferences[0][0].binary and preferences[0][1] >= load_weights[0])
+        )
+        and all(isinstance(f, ExcludedFilter | LoadBoundFilter) for f in filters)
     ):
         return HeapDecider(profile, pool)
     return GenericDecider(profile, pool)

@@ -3,7 +3,7 @@
 from motor.coordinator.registry import Target
 from motor.coordinator.scheduling.demand import Demand
 from motor.coordinator.scheduling.load import EndpointLoad
-from motor.coordinator.scheduling.plugins import Exclusions, Filter, PointFilter, PoolFilter
+from motor.coordinator.scheduling.plugins import Exclusions, LoadBoundFilter, PointFilter, PoolFilter
 from motor.protocol.instances import InstanceRole
 
 
@@ -37,13 +37,12 @@ class ExcludedFilter(PointFilter):
         return endpoint.instance_id not in exclude
 
 
-class LoadRatioFilter(Filter):
+class LoadRatioFilter(LoadBoundFilter):
     """Endpoints whose load stays within `max_ratio` of the least loaded candidate's, counting the request's
     own prompt tokens on both sides (`load + cost ≤ max_ratio × (least load + cost)`), so a preference such
     as prefix affinity cannot pile a hot prefix onto one instance."""
 
     name = "load_ratio"
-    keeps_least_loaded = True
 
     def __init__(self, max_ratio: float) -> None:
         if max_ratio < 1.0:
@@ -52,11 +51,6 @@ class LoadRatioFilter(Filter):
             )
         self.max_ratio = max_ratio
 
-    def apply(
-        self, candidates: list[EndpointLoad], demand: Demand, exclude: Exclusions
-    ) -> list[EndpointLoad]:
-        if not candidates:
-            return candidates
+    def admits(self, endpoint: EndpointLoad, least_load: float, demand: Demand) -> bool:
         cost = max(1, demand.prompt_tokens)
-        bound = self.max_ratio * (min(endpoint.load for endpoint in candidates) + cost)
-        return [endpoint for endpoint in candidates if endpoint.load + cost <= bound]
+        return endpoint.tokens + endpoint.kv + cost <= self.max_ratio * (least_load + cost)

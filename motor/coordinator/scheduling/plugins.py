@@ -2,11 +2,12 @@
 
 - `PoolFilter`: decides from an endpoint's registration alone (role, status), so it runs when the instance set
   changes and builds the role's pool; requests never pay for it.
-- `Filter`: narrows the candidates of one decision (`PointFilter` judges each endpoint on its own).
+- `Filter`: narrows the candidates of one decision (`PointFilter` judges each endpoint on its own, a
+  `LoadBoundFilter` each against the least loaded).
 - `Scorer`: rates each candidate 0–1; a profile adds them up with weights. A `sparse` scorer rates all but a
-  few endpoints 0 and can rate those few without looking at the others (`sparse_scores`), which lets a profile
-  that combines it with the load scorer run on the heap. A scorer that is also a `PickObserver` learns
-  from each decision.
+  few endpoints 0 and can rate those few without looking at the others (`sparse_scores`); a `binary` one gives
+  only 0 or 1. Such a scorer combined with the load scorer can run on the heap. A scorer that is also a
+  `PickObserver` learns from each decision.
 - `Picker`: chooses one candidate from the weighted totals.
 
 Scorers must give a value that depends only on the endpoint and the request (never on the other candidates):
@@ -34,8 +35,6 @@ class PoolFilter(ABC):
 
 class Filter(ABC):
     name: ClassVar[str]
-    keeps_least_loaded: ClassVar[bool] = False
-    """True when the least loaded candidate always passes, so the filter cannot change a load-only winner."""
 
     @abstractmethod
     def apply(
@@ -53,9 +52,26 @@ class PointFilter(Filter):
         return [endpoint for endpoint in candidates if self.keep(endpoint, demand, exclude)]
 
 
+class LoadBoundFilter(Filter):
+    """Judges each candidate against the least loaded one, which always passes: such a filter cannot change
+    a load-only winner, and needs no other candidate than the least loaded to judge one."""
+
+    @abstractmethod
+    def admits(self, endpoint: EndpointLoad, least_load: float, demand: Demand) -> bool: ...
+
+    def apply(
+        self, candidates: list[EndpointLoad], demand: Demand, exclude: Exclusions
+    ) -> list[EndpointLoad]:
+        if not candidates:
+            return candidates
+        least_load = min(endpoint.tokens + endpoint.kv for endpoint in candidates)
+        return [endpoint for endpoint in candidates if self.admits(endpoint, least_load, demand)]
+
+
 class Scorer(ABC):
     name: ClassVar[str]
     sparse: ClassVar[bool] = False
+    binary: ClassVar[bool] = False
 
     @abstractmethod
     def score(self, candidates: list[EndpointLoad], demand: Demand) -> list[float]: ...

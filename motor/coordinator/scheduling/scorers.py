@@ -31,6 +31,7 @@ class PrefixAffinityScorer(Scorer, PickObserver):
 
     name = "prefix_affinity"
     sparse = True
+    binary = True
 
     def __init__(self, index: PrefixIndex, block_size: int) -> None:
         self.index = index
