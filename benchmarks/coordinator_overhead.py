@@ -1,18 +1,30 @@
-"""What the coordinator adds: the same open-loop load through the coordinator and straight to a sim engine.
+"""What the coordinator adds: the same requests through the coordinator and straight to a sim engine, paired.
 
-1. Added latency: non-stream completions against a zero-latency sim engine at fixed arrival rates (default
-   100 and 500 req/s, open loop: request i is due at t0 + i/rate whatever happened before, latency counts from
-   that due time), straight to the engine and through the coordinator (aggregated profile, one process) in
-   alternating one-second turns, so both paths share the host's background noise. Reports P50/P99 of both and
-   the difference, plus the coordinator's own self-overhead histogram.
+1. Added latency, per request: non-stream completions against zero-latency sim engines at fixed arrival rates
+   (default 100 and 500 pairs/s, open loop: pair i starts at t0 + i/rate whatever happened before). Each pair
+   is one call straight to an engine and one through the coordinator, one after the other (the order flips
+   every pair), so both see the same moment of the host; the pair's difference is the latency the coordinator
+   added to that request, and the table gives P50/P99 of those differences. Configurations:
+   - aggregated: one union engine; the direct call goes to it.
+   - prefill_first, decode_first, concurrent: a prefill and a decode engine (no pool: zero-latency engines
+     recompute, so the figure is the routing, not KV I/O); the direct call goes to the decode engine as one
+     aggregated request, so "added" includes the second engine leg a PD request needs.
+   - aggregated + keys + rate limit: a PBKDF2 API key record (its verdict cached after the first request) and a
+     token bucket large enough never to refuse.
+   Also shown: the coordinator's own time per request (`motor_coordinator_overhead_seconds`, which excludes
+   waits on engines; P50/P99 interpolated within its buckets).
 2. Streams: N concurrent streams (default 2,000) against a sim engine at --itl-ms 100 (10 tokens/s per
    stream), straight and through the coordinator; counts every error (status, connection, SSE error events,
-   missing [DONE], wrong token count) and the peak number of streams open at once.
+   missing [DONE], wrong token count), the peak number of streams open at once, and the coordinator's CPU time
+   per relayed event.
 3. `--clients`: sequential round trips to the engine with aiohttp, httpx and motor's raw client (the
    coordinator's upstream client), which is how the coordinator's client was chosen.
 
+A PNG with the distributions of the paired added latency goes to `--plot`.
+
     .venv/bin/python benchmarks/coordinator_overhead.py [--duration 10] [--rates 100,500] [--streams 2000]
-        [--stream-tokens 100] [--clients] [--nice -10]
+        [--stream-tokens 100] [--configs aggregated,prefill_first,...] [--clients] [--nice -10]
+        [--plot benchmarks/out/coordinator_overhead.png]
 
 Everything listens on 127.0.0.1 on free ports; every process started here is stopped by pid at the end.
 """
@@ -31,27 +43,44 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import uvloop
+from plotting import default_plot_path, figure, save
 
+from motor.config import load_documents
+from motor.coordinator.auth import hash_api_key
 from motor.coordinator.upstream import UpstreamConnection, UpstreamPool
+from motor.deploy.plan import build_plan
 from motor.pool.net import free_local_ports
 
 MODEL = "sim-model"
 BODY = json.dumps(
     {"model": MODEL, "prompt": "hello there, coordinator", "max_tokens": 2, "temperature": 0}
 ).encode()
-HEAD = (
-    b"POST /v1/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
-    b"content-length: %d\r\n\r\n"
-)
 DONE = b"data: [DONE]\n\n"
+API_KEY = "bench-key"
+PD_CONNECTORS = {
+    "prefill_first": "MooncakeConnectorV1",
+    "decode_first": "MooncakeLayerwiseConnector",
+    "concurrent": "MooncakeConnector",
+}
+SECURED = "aggregated+keys+rate"
+CONFIGS = ("aggregated", *PD_CONNECTORS, SECURED)
 
 
 def free_port() -> int:
     return free_local_ports(1)[0]
+
+
+def request_head(length: int, headers: dict[str, str] | None = None) -> bytes:
+    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+    return (
+        f"POST /v1/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n{extra}"
+        f"content-length: {length}\r\n\r\n"
+    ).encode()
 
 
 # ---- processes -------------------------------------------------------------------------------------------
@@ -102,73 +131,89 @@ def wait_http(process: Process, url: str, timeout_s: float = 30.0) -> None:
     raise RuntimeError(f"{process.name} did not answer {url} within {timeout_s} s")
 
 
-def start_sim(name: str, work: Path, extra: list[str]) -> Process:
+def start_sim(name: str, work: Path, kv_role: str, extra: list[str]) -> Process:
     port = free_port()
+    transfer = {"kv_connector": "MooncakeStoreConnector", "kv_role": kv_role, "engine_id": name}
     args = [
-        sys.executable,
-        "-m",
-        "motor.engine.sim",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--model",
-        MODEL,
-        "--log-level",
-        "warning",
-        "--max-batch",
-        "8192",
-        *extra,
-    ]
+        sys.executable, "-m", "motor.engine.sim", "--host", "127.0.0.1", "--port", str(port), "--model", MODEL,
+        "--log-level", "warning", "--max-batch", "8192", "--kv-transfer-config", json.dumps(transfer), *extra,
+    ]  # fmt: skip
     process = spawn(name, args, port, work)
     wait_http(process, f"http://127.0.0.1:{port}/v1/models")
     return process
 
 
-def start_coordinator(work: Path) -> tuple[Process, int]:
-    infer_port, mgmt_port = free_port(), free_port()
-    user = {
-        "version": "v2.0",
-        "motor_deploy_config": {"deploy_mode": "local", "hybrid_instances_num": 1},
-        "motor_engine_union_config": {"engine_type": "sim", "engine_config": {"served_model_name": MODEL}},
-        "motor_coordinator_config": {
-            "logging_config": {"log_level": "WARNING"},
-            "api_config": {"coordinator_api_infer_port": infer_port, "coordinator_api_mgmt_port": mgmt_port},
-            "timeout_config": {"read_timeout": 60},
-        },
+@dataclass
+class Coordinator:
+    process: Process
+    mgmt_port: int
+    headers: dict[str, str]  # what every client request carries (the API key)
+
+
+def coordinator_user_config(config: str, infer_port: int, mgmt_port: int) -> dict[str, Any]:
+    coordinator: dict[str, Any] = {
+        "logging_config": {"log_level": "WARNING"},
+        "api_config": {"coordinator_api_infer_port": infer_port, "coordinator_api_mgmt_port": mgmt_port},
+        "timeout_config": {"read_timeout": 60},
     }
-    (work / "user_config.json").write_text(json.dumps(user))
-    (work / "env.json").write_text(json.dumps({"version": "2.0.0"}))
-    args = [
-        sys.executable,
-        "-m",
-        "motor.coordinator",
-        "--user-config",
-        str(work / "user_config.json"),
-        "--env-config",
-        str(work / "env.json"),
-    ]
-    process = spawn("coordinator", args, infer_port, work, {"MOTOR_ADVERTISE_HOST": "127.0.0.1"})
-    wait_http(process, f"http://127.0.0.1:{mgmt_port}/startup")
-    return process, mgmt_port
-
-
-def register(mgmt_port: int, engine: Process) -> None:
-    event = {
-        "event": "set",
-        "instances": [
-            {
-                "id": engine.name,
-                "role": "union",
-                "engine_id": engine.name,
-                "model_name": MODEL,
-                "endpoints": [{"host": "127.0.0.1", "port": engine.port}],
+    user: dict[str, Any] = {"version": "v2.0", "motor_coordinator_config": coordinator}
+    engine: dict[str, Any] = {"engine_type": "sim", "engine_config": {"served_model_name": MODEL}}
+    if config in PD_CONNECTORS:
+        coordinator["scheduler_config"] = {"dispatch_profile": config}
+        user["motor_deploy_config"] = {"deploy_mode": "local", "p_instances_num": 1, "d_instances_num": 1}
+        for role, kv_role in (("prefill", "kv_producer"), ("decode", "kv_consumer")):
+            transfer = {"kv_connector": PD_CONNECTORS[config], "kv_role": kv_role}
+            user[f"motor_engine_{role}_config"] = {
+                "engine_type": "sim",
+                "engine_config": {"served_model_name": MODEL, "kv_transfer_config": transfer},
             }
-        ],
+    else:
+        user["motor_deploy_config"] = {"deploy_mode": "local", "hybrid_instances_num": 1}
+        user["motor_engine_union_config"] = engine
+    if config == SECURED:
+        coordinator["api_key_config"] = {"enable_api_key": True, "valid_keys": [hash_api_key(API_KEY)]}
+        coordinator["rate_limit_config"] = {
+            "enable_rate_limit": True,
+            "max_requests": 1_000_000,
+            "window_size": 1,
+        }
+    return user
+
+
+def start_coordinator(config: str, work: Path) -> Coordinator:
+    infer_port, mgmt_port = free_port(), free_port()
+    directory = work / f"coordinator-{config}-{infer_port}"
+    directory.mkdir()
+    user = coordinator_user_config(config, infer_port, mgmt_port)
+    plan = build_plan(load_documents(user, {"version": "2.0.0"}), config_dir=str(directory))
+    spec_path = directory / "coordinator.spec.json"
+    spec_path.write_text(plan.files[spec_path.name])
+    args = [sys.executable, "-m", "motor.coordinator", "--spec", str(spec_path)]
+    # the API keys travel in the environment, as `motor deploy` hands them over (the spec only names them)
+    secrets = {
+        name: value for name, value in plan.component("coordinator").env.items() if name == "MOTOR_API_KEYS"
     }
+    process = spawn(f"coordinator-{config}", args, infer_port, work, env=secrets)
+    wait_http(process, f"http://127.0.0.1:{mgmt_port}/startup")
+    headers = {"authorization": f"Bearer {API_KEY}"} if config == SECURED else {}
+    return Coordinator(process, mgmt_port, headers)
+
+
+def register(mgmt_port: int, engines: dict[str, Process]) -> None:
+    """Register `role → engine` as the coordinator's instance set."""
+    instances = [
+        {
+            "id": engine.name,
+            "role": role,
+            "engine_id": engine.name,
+            "model_name": MODEL,
+            "endpoints": [{"host": "127.0.0.1", "port": engine.port}],
+        }
+        for role, engine in engines.items()
+    ]
     request = urllib.request.Request(
         f"http://127.0.0.1:{mgmt_port}/instances/refresh",
-        data=json.dumps(event).encode(),
+        data=json.dumps({"event": "set", "instances": instances}).encode(),
         headers={"Content-Type": "application/json"},
         method="POST",
     )
@@ -216,7 +261,7 @@ def _busy_seconds() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def _process_seconds(pid: int) -> float:
+def process_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -230,17 +275,17 @@ class HostLoad:
     def __enter__(self) -> "HostLoad":
         self._wall = time.perf_counter()
         self._busy = _busy_seconds()
-        self._ours = sum(_process_seconds(pid) for pid in self._pids) + time.process_time()
+        self._ours = sum(process_seconds(pid) for pid in self._pids) + time.process_time()
         return self
 
     def __exit__(self, *exc: object) -> None:
         wall = time.perf_counter() - self._wall
-        ours = sum(_process_seconds(pid) for pid in self._pids) + time.process_time() - self._ours
+        ours = sum(process_seconds(pid) for pid in self._pids) + time.process_time() - self._ours
         other = _busy_seconds() - self._busy - ours
         self.text = f"(benchmark processes used {ours / wall:.2f} cores, other processes {max(0.0, other) / wall:.2f})"
 
 
-# ---- load --------------------------------------------------------------------------------------------------
+# ---- paired load -------------------------------------------------------------------------------------------
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -248,64 +293,172 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def one_request(pool: UpstreamPool, port: int) -> int:
+@dataclass(frozen=True)
+class Target:
+    port: int
+    head: bytes  # the request head, headers included
+
+
+async def one_request(pool: UpstreamPool, target: Target, body: bytes = BODY) -> int:
     connection = await pool.request(
-        "127.0.0.1", port, HEAD % len(BODY), BODY, head_deadline=pool.loop.time() + 30, track=[]
+        "127.0.0.1", target.port, target.head, body, head_deadline=pool.loop.time() + 30, track=[]
     )
     await connection.read_body(pool.loop.time() + 30, 30)
     connection.release()
     return connection.status
 
 
-async def open_loop(pool: UpstreamPool, port: int, rate: float, duration: float) -> tuple[list[float], int]:
-    """Latencies (s, from each request's due time) and the error count of `rate × duration` requests."""
-    latencies: list[float] = []
-    errors = 0
+@dataclass
+class Paired:
+    direct: list[float] = field(default_factory=list)  # seconds, per pair that succeeded on both paths
+    motor: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=lambda: {"direct": 0, "motor": 0})
 
-    async def run(due: float) -> None:
-        nonlocal errors
-        try:
-            status = await one_request(pool, port)
-        except Exception:
-            errors += 1
-            return
-        if status != 200:
-            errors += 1
-            return
-        latencies.append(time.perf_counter() - due)
+    @property
+    def added(self) -> list[float]:
+        return [via - direct for direct, via in zip(self.direct, self.motor, strict=True)]
+
+
+async def paired_open_loop(
+    pools: dict[str, UpstreamPool], targets: dict[str, Target], rate: float, duration: float
+) -> Paired:
+    """`rate × duration` pairs started open loop; within a pair the two calls run one after the other, the
+    order flipping every pair, each timed from its own start."""
+    result = Paired()
+
+    async def pair(index: int) -> None:
+        order = ("direct", "motor") if index % 2 == 0 else ("motor", "direct")
+        timed: dict[str, float] = {}
+        for path in order:
+            started = time.perf_counter()
+            try:
+                status = await one_request(pools[path], targets[path])
+            except Exception:
+                status = 0
+            if status != 200:
+                result.errors[path] += 1
+                continue
+            timed[path] = time.perf_counter() - started
+        if len(timed) == 2:
+            result.direct.append(timed["direct"])
+            result.motor.append(timed["motor"])
 
     count = int(rate * duration)
     start = time.perf_counter() + 0.02
     tasks = []
     for i in range(count):
-        due = start + i / rate
-        delay = due - time.perf_counter()
+        delay = start + i / rate - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.ensure_future(run(due)))
+        tasks.append(asyncio.ensure_future(pair(i)))
     await asyncio.gather(*tasks)
-    return latencies, errors
+    return result
 
 
-async def compare(
-    direct_port: int, coordinator_port: int, rate: float, duration: float, slices: int
-) -> dict[str, tuple[list[float], int]]:
-    """Both paths in alternating one-slice turns, so both see the same background noise on a shared host."""
-    pools = {name: UpstreamPool(connect_timeout=10, write_timeout=10) for name in ("direct", "coordinator")}
-    ports = {"direct": direct_port, "coordinator": coordinator_port}
-    results: dict[str, tuple[list[float], int]] = {name: ([], 0) for name in pools}
-    for name, pool in pools.items():
-        for _ in range(200):  # warm connections and both processes
-            await one_request(pool, ports[name])
-    for turn in range(slices):
-        order = ("direct", "coordinator") if turn % 2 == 0 else ("coordinator", "direct")
-        for name in order:
-            latencies, errors = await open_loop(pools[name], ports[name], rate, duration / slices)
-            results[name][0].extend(latencies)
-            results[name] = (results[name][0], results[name][1] + errors)
-    for pool in pools.values():
-        pool.close()
-    return results
+@dataclass
+class ConfigResult:
+    config: str
+    rate: float
+    paired: Paired
+    self_p50: float
+    self_p99: float
+    load: str
+
+
+async def measure_config(
+    config: str, engines: dict[str, Process], work: Path, args: argparse.Namespace
+) -> list[ConfigResult]:
+    coordinator = start_coordinator(config, work)
+    try:
+        pd = config in PD_CONNECTORS
+        register(
+            coordinator.mgmt_port,
+            {"prefill": engines["prefill"], "decode": engines["decode"]}
+            if pd
+            else {"union": engines["union"]},
+        )
+        direct = engines["decode"] if pd else engines["union"]
+        targets = {
+            "direct": Target(direct.port, request_head(len(BODY))),
+            "motor": Target(coordinator.process.port, request_head(len(BODY), coordinator.headers)),
+        }
+        pools = {name: UpstreamPool(connect_timeout=10, write_timeout=10) for name in targets}
+        for name, pool in pools.items():
+            for _ in range(200):  # warm connections, both processes and the API key's cached verdict
+                status = await one_request(pool, targets[name])
+                if status != 200:
+                    raise RuntimeError(f"{config}: warm-up through {name} answered {status}")
+        results = []
+        pids = [p.popen.pid for p in (*engines.values(), coordinator.process)]
+        for rate in args.rates:
+            before = histogram(scrape(coordinator.mgmt_port), "motor_coordinator_overhead_seconds")
+            with HostLoad(pids) as load:
+                paired = await paired_open_loop(pools, targets, rate, args.duration)
+            after = histogram(scrape(coordinator.mgmt_port), "motor_coordinator_overhead_seconds")
+            results.append(
+                ConfigResult(
+                    config,
+                    rate,
+                    paired,
+                    histogram_quantile(before, after, 0.5),
+                    histogram_quantile(before, after, 0.99),
+                    load.text,
+                )
+            )
+        for pool in pools.values():
+            pool.close()
+        return results
+    finally:
+        coordinator.process.stop()
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:7.3f}"
+
+
+def print_paired(results: list[ConfigResult]) -> None:
+    print(
+        "\nadded latency per request, non-stream completions, paired open loop (ms; direct = one call straight "
+        "to an engine,\nadded = through the coordinator minus its paired direct call; self = the coordinator's "
+        "own time per request)"
+    )
+    print(
+        f"{'config':22s} {'rate':>5s} {'pairs':>6s} {'err d/m':>8s} {'direct P50':>10s} {'P99':>8s} "
+        f"{'motor P50':>10s} {'P99':>8s} {'added P50':>10s} {'P99':>8s} {'self P50':>9s} {'P99':>8s}"
+    )
+    for r in results:
+        p = r.paired
+        if not p.added:
+            print(
+                f"{r.config:22s} {r.rate:5.0f} {0:6d} {p.errors['direct']:>3d}/{p.errors['motor']:<4d} (no pair)"
+            )
+            continue
+        print(
+            f"{r.config:22s} {r.rate:5.0f} {len(p.added):6d} {p.errors['direct']:>3d}/{p.errors['motor']:<4d} "
+            f"{ms(percentile(p.direct, 0.5)):>10s} {ms(percentile(p.direct, 0.99))} "
+            f"{ms(percentile(p.motor, 0.5)):>10s} {ms(percentile(p.motor, 0.99))} "
+            f"{ms(percentile(p.added, 0.5)):>10s} {ms(percentile(p.added, 0.99))} "
+            f"{ms(r.self_p50):>9s} {ms(r.self_p99)}  {r.load}"
+        )
+
+
+def plot(results: list[ConfigResult], rates: list[float], path: Path) -> None:
+    fig, axes = figure(1, len(rates))
+    for ax, rate in zip(axes[0], rates, strict=True):
+        for r in results:
+            if r.rate == rate and r.paired.added:
+                added = sorted(x * 1000 for x in r.paired.added)
+                low, high = added[int(len(added) * 0.001)], added[int(len(added) * 0.999) - 1]
+                clipped = [min(max(x, low), high) for x in added]
+                ax.hist(clipped, bins=80, histtype="step", label=r.config, density=True)
+        ax.set_title(f"added latency per request, {rate:g} pairs/s")
+        ax.set_xlabel("through the coordinator − paired direct call (ms, 0.1–99.9th percentile)")
+        ax.set_ylabel("density")
+        ax.legend(fontsize="small")
+    save(fig, path)
+
+
+# ---- streams -------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -315,6 +468,7 @@ class StreamReport:
     peak_open: int
     kinds: dict[str, int]
     seconds: float
+    events: int
 
 
 async def streams(port: int, count: int, tokens: int, ramp_s: float) -> StreamReport:
@@ -322,17 +476,18 @@ async def streams(port: int, count: int, tokens: int, ramp_s: float) -> StreamRe
     body = json.dumps(
         {"model": MODEL, "prompt": "stream please", "max_tokens": tokens, "ignore_eos": True, "stream": True}
     ).encode()
+    head = request_head(len(body))
     kinds: dict[str, int] = {}
-    open_now = peak = opened = 0
+    open_now = peak = opened = events_seen = 0
 
     def failed(kind: str) -> None:
         kinds[kind] = kinds.get(kind, 0) + 1
 
     async def one() -> None:
-        nonlocal open_now, peak, opened
+        nonlocal open_now, peak, opened, events_seen
         try:
             connection: UpstreamConnection = await pool.request(
-                "127.0.0.1", port, HEAD % len(body), body, head_deadline=pool.loop.time() + 60, track=[]
+                "127.0.0.1", port, head, body, head_deadline=pool.loop.time() + 60, track=[]
             )
         except Exception as exc:
             failed(f"connect: {type(exc).__name__}")
@@ -356,6 +511,7 @@ async def streams(port: int, count: int, tokens: int, ramp_s: float) -> StreamRe
             return
         finally:
             open_now -= 1
+            events_seen += events
         if not tail.endswith(DONE):
             failed("no [DONE]")
         elif events != tokens:
@@ -370,7 +526,7 @@ async def streams(port: int, count: int, tokens: int, ramp_s: float) -> StreamRe
             await asyncio.sleep(ramp_s * 50 / count)
     await asyncio.gather(*tasks)
     pool.close()
-    return StreamReport(opened, sum(kinds.values()), peak, kinds, time.perf_counter() - started)
+    return StreamReport(opened, sum(kinds.values()), peak, kinds, time.perf_counter() - started, events_seen)
 
 
 async def client_comparison(port: int, count: int, rounds: int = 10) -> list[tuple[str, float, float, float]]:
@@ -381,6 +537,7 @@ async def client_comparison(port: int, count: int, rounds: int = 10) -> list[tup
     url = f"http://127.0.0.1:{port}/v1/completions"
     headers = {"content-type": "application/json"}
     pool = UpstreamPool(connect_timeout=10, write_timeout=10)
+    target = Target(port, request_head(len(BODY)))
     async with (
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
         httpx.AsyncClient() as client,
@@ -394,7 +551,7 @@ async def client_comparison(port: int, count: int, rounds: int = 10) -> list[tup
             (await client.post(url, content=BODY, headers=headers)).read()
 
         async def with_raw() -> None:
-            await one_request(pool, port)
+            await one_request(pool, target)
 
         calls: dict[str, Callable[[], Awaitable[None]]] = {
             "aiohttp": with_aiohttp,
@@ -424,10 +581,6 @@ async def client_comparison(port: int, count: int, rounds: int = 10) -> list[tup
 # ---- main --------------------------------------------------------------------------------------------------
 
 
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:7.3f}"
-
-
 async def main(args: argparse.Namespace) -> None:
     if args.nice:
         # On a host shared with other work: favour the benchmark's processes (inherited by the children).
@@ -435,53 +588,58 @@ async def main(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="motor-coordinator-bench-"))
     processes: list[Process] = []
     try:
-        fast = start_sim("sim-fast", work, [])
-        processes.append(fast)
-        slow = start_sim("sim-itl100", work, ["--itl-ms", "100"])
+        engines = {
+            "union": start_sim("sim-union", work, "kv_both", []),
+            "prefill": start_sim("sim-prefill", work, "kv_producer", []),
+            "decode": start_sim("sim-decode", work, "kv_consumer", []),
+        }
+        processes += engines.values()
+        slow = start_sim("sim-itl100", work, "kv_both", ["--itl-ms", "100"])
         processes.append(slow)
-        coordinator, mgmt_port = start_coordinator(work)
-        processes.append(coordinator)
-        print(f"cpus: {os.cpu_count()}, niceness {os.nice(0)}, logs in {work}")
+        print(
+            f"cpus: {os.cpu_count()}, niceness {os.nice(0)}, load average "
+            f"{' / '.join(f'{v:.1f}' for v in os.getloadavg())}, logs in {work}"
+        )
 
         if args.clients:
             print("\nupstream client, sequential round trips to the sim engine (ms; client CPU per request)")
             print(f"{'client':24s} {'P50':>8s} {'P99':>8s} {'CPU/req':>8s}")
-            for name, p50, p99, cpu in await client_comparison(fast.port, args.client_requests):
+            for name, p50, p99, cpu in await client_comparison(engines["union"].port, args.client_requests):
                 print(f"{name:24s} {ms(p50)} {ms(p99)} {ms(cpu)}")
 
-        register(mgmt_port, fast)
-        print("\nadded latency, non-stream completions, open loop (ms from each request's due time)")
-        print(
-            f"{'rate':>6s} {'path':12s} {'n':>6s} {'err':>4s} {'P50':>8s} {'P99':>8s} | coordinator self-overhead P50/P99"
-        )
-        pids = [p.popen.pid for p in processes]
-        for rate in args.rates:
-            before = histogram(scrape(mgmt_port), "motor_coordinator_overhead_seconds")
-            with HostLoad(pids) as load:
-                results = await compare(fast.port, coordinator.port, rate, args.duration, args.slices)
-            after = histogram(scrape(mgmt_port), "motor_coordinator_overhead_seconds")
-            own50 = histogram_quantile(before, after, 0.5)
-            own99 = histogram_quantile(before, after, 0.99)
-            (direct, direct_errors), (via, via_errors) = results["direct"], results["coordinator"]
-            d50, d99 = percentile(direct, 0.5), percentile(direct, 0.99)
-            v50, v99 = percentile(via, 0.5), percentile(via, 0.99)
-            print(f"{rate:6.0f} {'direct':12s} {len(direct):6d} {direct_errors:4d} {ms(d50)} {ms(d99)}")
-            print(
-                f"{rate:6.0f} {'coordinator':12s} {len(via):6d} {via_errors:4d} {ms(v50)} {ms(v99)} |"
-                f" {ms(own50)} {ms(own99)}"
-            )
-            print(f"{rate:6.0f} {'added':12s} {'':6s} {'':4s} {ms(v50 - d50)} {ms(v99 - d99)}   {load.text}")
+        results: list[ConfigResult] = []
+        for config in args.configs:
+            results += await measure_config(config, engines, work, args)
+            print(f"  measured {config}", flush=True)
+        print_paired(results)
+        plot(results, args.rates, args.plot)
 
-        register(mgmt_port, slow)
-        print(f"\n{args.streams} concurrent streams, {args.stream_tokens} tokens each at 10 tokens/s")
-        print(f"{'path':12s} {'opened':>7s} {'peak open':>9s} {'errors':>7s} {'seconds':>8s}  error kinds")
-        for name, port in (("direct", slow.port), ("coordinator", coordinator.port)):
-            with HostLoad(pids) as load:
-                report = await streams(port, args.streams, args.stream_tokens, args.ramp)
+        if args.streams:
+            coordinator = start_coordinator("aggregated", work)
+            processes.append(coordinator.process)
+            register(coordinator.mgmt_port, {"union": slow})
+            pids = [p.popen.pid for p in processes]
+            print(f"\n{args.streams} concurrent streams, {args.stream_tokens} tokens each at 10 tokens/s")
             print(
-                f"{name:12s} {report.opened:7d} {report.peak_open:9d} {report.errors:7d} {report.seconds:8.1f}"
-                f"  {report.kinds or '-'}  {load.text}"
+                f"{'path':12s} {'opened':>7s} {'peak open':>9s} {'errors':>7s} {'seconds':>8s} "
+                f"{'events/s':>9s} {'coordinator CPU':>16s}  error kinds"
             )
+            for name, port in (("direct", slow.port), ("coordinator", coordinator.process.port)):
+                cpu_before = process_seconds(coordinator.process.popen.pid)
+                with HostLoad(pids) as load:
+                    report = await streams(port, args.streams, args.stream_tokens, args.ramp)
+                cpu = process_seconds(coordinator.process.popen.pid) - cpu_before
+                per_event = f"{cpu / report.events * 1e6:.1f} µs/event" if name == "coordinator" else "-"
+                print(
+                    f"{name:12s} {report.opened:7d} {report.peak_open:9d} {report.errors:7d} "
+                    f"{report.seconds:8.1f} {report.events / report.seconds:9.0f} {per_event:>16s}"
+                    f"  {report.kinds or '-'}  {load.text}"
+                )
+                if name == "coordinator":
+                    print(
+                        f"the coordinator relayed {report.events} events on {cpu:.2f} CPU s "
+                        f"({cpu / report.seconds:.2f} of a core while the streams ran)"
+                    )
     finally:
         for process in reversed(processes):
             process.stop()
@@ -491,12 +649,17 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--duration", type=float, default=10.0, help="seconds of load per rate and path")
     parser.add_argument(
-        "--slices", type=int, default=10, help="alternating turns per rate (direct, coordinator)"
+        "--duration", type=float, default=10.0, help="seconds of paired load per rate and config"
     )
     parser.add_argument("--rates", type=lambda s: [float(r) for r in s.split(",")], default=[100.0, 500.0])
-    parser.add_argument("--streams", type=int, default=2000)
+    parser.add_argument(
+        "--configs",
+        type=lambda s: s.split(","),
+        default=list(CONFIGS),
+        help=f"comma-separated subset of {', '.join(CONFIGS)}",
+    )
+    parser.add_argument("--streams", type=int, default=2000, help="0 skips the stream section")
     parser.add_argument(
         "--stream-tokens", type=int, default=100, help="tokens per stream (10 s at 10 tokens/s)"
     )
@@ -509,7 +672,14 @@ def parse_args() -> argparse.Namespace:
         default=0,
         help="niceness increment for all benchmark processes (negative needs root)",
     )
-    return parser.parse_args()
+    parser.add_argument(
+        "--plot", type=Path, default=default_plot_path("coordinator_overhead"), help="PNG to write"
+    )
+    args = parser.parse_args()
+    unknown = set(args.configs) - set(CONFIGS)
+    if unknown:
+        parser.error(f"--configs: unknown {sorted(unknown)}; choose from {', '.join(CONFIGS)}")
+    return args
 
 
 if __name__ == "__main__":

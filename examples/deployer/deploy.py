@@ -4,7 +4,9 @@
     python examples/deployer/deploy.py --config_dir ../infer_engines/vllm [--dry-run] [--update_config]
     python examples/deployer/deploy.py --user_config_path U --env_config_path E   (short: --config U --env E)
 
-Runs from any directory; behaves exactly as `motor deploy` (same handler, same exit codes).
+Runs from any directory; behaves as `motor deploy` (same handler, same exit codes) with pyMotor's defaults:
+a config without deploy_mode is deployed as infer_service_set (on Kubernetes) and --dry-run writes to
+./output_yamls.
 """
 
 import argparse
@@ -18,6 +20,7 @@ if importlib.util.find_spec("motor") is None:  # running from a checkout without
 from motor.cli.main import main as motor_main
 
 EXIT_USAGE = 2
+PYMOTOR_DEFAULT_DEPLOY_MODE = "infer_service_set"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -49,7 +52,7 @@ def motor_arguments(args: argparse.Namespace) -> list[str] | str:
         return "Both --config and --env must be specified together, or use --config_dir"
     if args.user_config_path is None and args.config_dir is None:
         return "Missing required configuration. Use --config_dir or both --config and --env."
-    argv = ["deploy"]
+    argv = ["deploy", "--default-deploy-mode", PYMOTOR_DEFAULT_DEPLOY_MODE]
     if args.user_config_path is not None:
         argv += ["--user-config", args.user_config_path, "--env-config", args.env_config_path]
     else:

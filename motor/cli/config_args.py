@@ -30,7 +30,12 @@ def load_topology(args: argparse.Namespace) -> Topology | int:
     try:
         return load_config(user_path, env_path)
     except ConfigError as exc:
-        print(f"motor: {len(exc.issues)} problem(s) in {user_path} / {env_path}:", file=sys.stderr)
-        for issue in exc.issues:
-            print(f"  {issue}", file=sys.stderr)
-        return EXIT_INVALID
+        return report_problems(exc, f"{user_path} / {env_path}")
+
+
+def report_problems(error: ConfigError, where: str) -> int:
+    """Print every problem of `error`, one per line; the exit code for an invalid config."""
+    print(f"motor: {len(error.issues)} problem(s) in {where}:", file=sys.stderr)
+    for issue in error.issues:
+        print(f"  {issue}", file=sys.stderr)
+    return EXIT_INVALID

@@ -1,22 +1,33 @@
 """`motor deploy`, `motor status`, `motor stop`: plan the config, then run it locally or on Kubernetes.
 
-deploy_mode local goes to the local process supervisor (motor.deploy.local); multi_deployment and
-single_container go to the Kubernetes backend. `--dry-run` only writes or prints the Kubernetes manifests of
-any config and touches nothing.
+deploy_mode local goes to the local process supervisor (motor.deploy.local); multi_deployment,
+infer_service_set and single_container go to the Kubernetes backend. Without deploy_mode (pyMotor's default is
+a Kubernetes deployment) motor deploys locally only when the topology fits this host and otherwise says how to
+deploy it on Kubernetes. `--dry-run` only writes or prints the Kubernetes manifests of any config and touches
+nothing.
 """
 
 import argparse
-import importlib
+import functools
+import json
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING
 
-from motor.cli.config_args import EXIT_USAGE, add_config_arguments, config_paths, load_topology
-from motor.config import Topology
-from motor.deploy.plan import build_plan
+from motor.cli.config_args import (
+    EXIT_USAGE,
+    add_config_arguments,
+    config_paths,
+    load_topology,
+    report_problems,
+)
+from motor.config import ConfigError, Topology, load_documents
+from motor.config.models import KUBERNETES_MODES
+from motor.deploy import local
+from motor.deploy.plan import Plan, Target, build_plan
+from motor.protocol import env
 
 # The Kubernetes modules need the `k8s` extra (pyyaml, kubernetes): imported only when used.
 if TYPE_CHECKING:
@@ -24,7 +35,6 @@ if TYPE_CHECKING:
     from motor.deploy.k8s.manifests import ConfigTexts
 
 EXIT_FAILED = 1
-RUN_ROOT_ENV = "MOTOR_RUN_ROOT"
 DEFAULT_RUN_ROOT = ".motor"
 
 
@@ -37,19 +47,37 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     add_config_arguments(deploy)
     deploy.add_argument("--dry-run", action="store_true", help="only produce the Kubernetes manifests")
     deploy.add_argument("--output", type=Path, help="with --dry-run: directory to write the manifests into")
+    deploy.add_argument(
+        "--include-secrets",
+        action="store_true",
+        help="with --dry-run: write the Secrets' values (API keys, tokens) instead of markers",
+    )
     update = deploy.add_mutually_exclusive_group()
     update.add_argument(
         "--update-config",
         action="store_true",
-        help="re-apply only the ConfigMap; refused unless every change is whitelisted (log levels, timeouts)",
+        help="apply a config change to the running job (Kubernetes: the ConfigMap; local: restart the "
+        "components whose spec changed); refused unless every change is whitelisted (log levels, timeouts)",
     )
     update.add_argument(
         "--update-instance-num",
         action="store_true",
-        help="scale engine instances to the new counts (nothing else may change)",
+        help="scale the running job's engine instances to the new counts (nothing else may change); "
+        "removed instances are drained first",
     )
     deploy.add_argument(
         "--create-namespace", action="store_true", help="create the job's namespace (= job_id)"
+    )
+    deploy.add_argument(
+        "--default-deploy-mode",
+        choices=["local", *KUBERNETES_MODES],
+        help="deploy_mode for a config that sets none (default: local when the topology fits this host, "
+        "else stop and say how to deploy on Kubernetes)",
+    )
+    deploy.add_argument(
+        "--prometheus-operator",
+        action="store_true",
+        help="Kubernetes: also create a PodMonitor and a PrometheusRule (needs the prometheus-operator's CRDs)",
     )
     _add_cluster_arguments(deploy)
     deploy.set_defaults(handler=run_deploy)
@@ -69,6 +97,16 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                 action="store_true",
                 help="with --k8s: also delete the namespace if motor created it",
             )
+        else:
+            parser.add_argument(
+                "--watch", action="store_true", help="local: redraw every --interval seconds until Ctrl-C"
+            )
+            parser.add_argument(
+                "--interval",
+                type=float,
+                default=2.0,
+                help="with --watch: seconds between redraws (default 2)",
+            )
         _add_cluster_arguments(parser)
         parser.set_defaults(handler=handler)
 
@@ -80,7 +118,7 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--run-root",
         type=Path,
-        help=f"local mode: where run directories live (default ${RUN_ROOT_ENV} or ./{DEFAULT_RUN_ROOT})",
+        help=f"local mode: where run directories live (default ${env.RUN_ROOT} or ./{DEFAULT_RUN_ROOT})",
     )
 
 
@@ -88,8 +126,8 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_deploy(args: argparse.Namespace) -> int:
-    if args.output is not None and not args.dry_run:
-        print("motor: --output only goes with --dry-run", file=sys.stderr)
+    if (args.output is not None or args.include_secrets) and not args.dry_run:
+        print("motor: --output and --include-secrets only go with --dry-run", file=sys.stderr)
         return EXIT_USAGE
     topology = load_topology(args)
     if isinstance(topology, int):
@@ -100,36 +138,82 @@ def run_deploy(args: argparse.Namespace) -> int:
     from motor.deploy.k8s.manifests import ConfigTexts
 
     texts = ConfigTexts(user_path.read_text(encoding="utf-8"), env_path.read_text(encoding="utf-8"))
+    if topology.user.motor_deploy_config.deploy_mode is None:
+        chosen = _choose_target(topology, texts, args)
+        if isinstance(chosen, int):
+            return chosen
+        topology = chosen
     if args.dry_run:
         return _dry_run(topology, texts, args)
     if topology.user.motor_deploy_config.deploy_mode == "local":
-        if args.update_config or args.update_instance_num:
-            print(
-                "motor: --update-config and --update-instance-num act on Kubernetes deployments; for deploy_mode "
-                "local run `motor stop` and `motor deploy` again",
-                file=sys.stderr,
-            )
-            return EXIT_USAGE
-        return _deploy_local(topology, _run_root(args))
+        return _deploy_local(topology, _run_root(args), args)
     return _deploy_kubernetes(topology, texts, args)
 
 
+def _choose_target(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace) -> Topology | int:
+    """No deploy_mode: --default-deploy-mode if given, the manifests for a dry run, this host when the topology
+    fits it, else the way to Kubernetes. Returns the topology to deploy or an exit code."""
+    local_fit, kubernetes = topology.fit("local"), topology.fit("kubernetes")
+    if args.default_deploy_mode is not None:
+        return _with_deploy_mode(texts, args.default_deploy_mode)
+    if args.dry_run:
+        if kubernetes.fits:
+            return topology
+        print(f"motor: cannot render Kubernetes objects: {kubernetes.describe()}", file=sys.stderr)
+        return EXIT_USAGE
+    if local_fit.fits:
+        print("deploy_mode not set and the topology fits this host: deploying locally", file=sys.stderr)
+        return _with_deploy_mode(texts, "local")
+    print(
+        f"motor: deploy_mode is not set and the topology does not fit this host ({local_fit.describe()}).\n"
+        "  To deploy it on Kubernetes, set motor_deploy_config.deploy_mode to multi_deployment (or "
+        "infer_service_set, or single_container when every instance has one pod), then run `motor deploy` "
+        "again; `motor deploy --dry-run --output DIR` writes the manifests to review first."
+        + ("" if kubernetes.fits else f"\n  Kubernetes needs first: {kubernetes.describe()}"),
+        file=sys.stderr,
+    )
+    return EXIT_USAGE
+
+
+def _with_deploy_mode(texts: "ConfigTexts", deploy_mode: str) -> Topology | int:
+    document = json.loads(texts.user)
+    document.setdefault("motor_deploy_config", {})["deploy_mode"] = deploy_mode
+    try:
+        return load_documents(document, json.loads(texts.env))
+    except ConfigError as exc:
+        print(f"motor: with deploy_mode {deploy_mode} the config is invalid:\n{exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
 def _dry_run(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace) -> int:
-    from motor.deploy.k8s.manifests import build_manifests
+    from motor.deploy.k8s.manifests import ManifestFile, build_manifests
+    from motor.deploy.k8s.secrets import redact_objects
     from motor.deploy.k8s.yaml_io import dump_all, write_manifests
 
-    plan = build_plan(topology, target="kubernetes")
+    plan = _plan(topology, "kubernetes")
+    if isinstance(plan, int):
+        return plan
     try:
-        files = build_manifests(plan, topology, texts, create_namespace=args.create_namespace)
+        files = build_manifests(
+            plan,
+            topology,
+            texts,
+            create_namespace=args.create_namespace,
+            prometheus_operator=args.prometheus_operator,
+        )
     except ValueError as exc:
         print(f"motor: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if not args.include_secrets:
+        files = [ManifestFile(f.name, redact_objects(f.objects)) for f in files]
     if args.output is None:
         sys.stdout.write(dump_all([obj for manifest_file in files for obj in manifest_file.objects]))
         return 0
     written = write_manifests(files, args.output)
     count = sum(len(manifest_file.objects) for manifest_file in files)
     print(f"wrote {count} object(s) in {len(written)} file(s) to {args.output} (dry run: nothing applied)")
+    if not args.include_secrets:
+        print("  Secret values are written as markers; --include-secrets writes them")
     for path in written:
         print(f"  {path.name}")
     return 0
@@ -138,7 +222,10 @@ def _dry_run(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace)
 def _deploy_kubernetes(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace) -> int:
     from motor.deploy.k8s import backend
 
-    job = backend.Job(build_plan(topology, target="kubernetes"), topology, texts, args.create_namespace)
+    plan = _plan(topology, "kubernetes")
+    if isinstance(plan, int):
+        return plan
+    job = backend.Job(plan, topology, texts, args.create_namespace, args.prometheus_operator)
     if args.update_config:
         operation: Callable[..., int] = backend.update_config
     elif args.update_instance_num:
@@ -153,27 +240,49 @@ def _deploy_kubernetes(topology: Topology, texts: "ConfigTexts", args: argparse.
     return _with_client(args, lambda client: operation(client, job))
 
 
-def _deploy_local(topology: Topology, run_root: Path) -> int:
-    deploy_local = _local_backend("deploy_local")
-    if deploy_local is None:
-        return EXIT_FAILED
+def _deploy_local(topology: Topology, run_root: Path, args: argparse.Namespace) -> int:
     job_dir = run_root / topology.user.motor_deploy_config.job_id
-    plan = build_plan(topology, target="local", config_dir=str(job_dir / "config"), run_dir=str(job_dir))
-    return int(deploy_local(plan, topology, run_root))
+    # Engines start in their own run directories: model paths relative to here must not stay relative.
+    topology = local.with_local_model_paths(topology, Path.cwd())
+    if args.update_config or args.update_instance_num:
+        return local.update_local(topology, run_root, scale=args.update_instance_num)
+    plan = _plan(topology, "local", config_dir=str(job_dir / "config"), run_dir=str(job_dir))
+    if isinstance(plan, int):
+        return plan
+    return local.deploy_local(plan, topology, run_root)
+
+
+def _plan(topology: Topology, target: Target, **where: str) -> Plan | int:
+    try:
+        return build_plan(topology, target=target, **where)
+    except ConfigError as exc:
+        return report_problems(exc, f"the {target} plan of job {topology.user.motor_deploy_config.job_id}")
 
 
 # ---- status / stop ----------------------------------------------------------------------------------------
 
 
 def run_status(args: argparse.Namespace) -> int:
-    return _job_command(args, "status_local", "status")
+    if args.watch:
+        if args.k8s:
+            print(
+                "motor: --watch shows local jobs; for Kubernetes use `kubectl get pods -w`", file=sys.stderr
+            )
+            return EXIT_USAGE
+        if args.interval <= 0:
+            print("motor: --interval must be > 0 seconds", file=sys.stderr)
+            return EXIT_USAGE
+        return _job_command(args, functools.partial(local.watch_local, interval=args.interval), "status")
+    return _job_command(args, local.status_local, "status")
 
 
 def run_stop(args: argparse.Namespace) -> int:
-    return _job_command(args, "stop_local", "delete")
+    return _job_command(args, local.stop_local, "delete")
 
 
-def _job_command(args: argparse.Namespace, local_name: str, kubernetes_name: str) -> int:
+def _job_command(
+    args: argparse.Namespace, local_command: Callable[[Path, str | None], int], kubernetes_name: str
+) -> int:
     job_id = args.job_id
     if job_id is None and (args.config_dir or args.user_config or args.env_config):
         topology = load_topology(args)
@@ -181,10 +290,7 @@ def _job_command(args: argparse.Namespace, local_name: str, kubernetes_name: str
             return topology
         job_id = topology.user.motor_deploy_config.job_id
     if not args.k8s:
-        local = _local_backend(local_name)
-        if local is None:
-            return EXIT_FAILED
-        return int(local(_run_root(args), job_id))
+        return local_command(_run_root(args), job_id)
     if job_id is None:
         print("motor: --k8s needs the job: give --job-id or the config (--config-dir)", file=sys.stderr)
         return EXIT_USAGE
@@ -202,25 +308,8 @@ def _job_command(args: argparse.Namespace, local_name: str, kubernetes_name: str
 
 
 def _run_root(args: argparse.Namespace) -> Path:
-    root = args.run_root or Path(os.environ.get(RUN_ROOT_ENV) or DEFAULT_RUN_ROOT)
+    root = args.run_root or Path(os.environ.get(env.RUN_ROOT) or DEFAULT_RUN_ROOT)
     return root.resolve()
-
-
-def _local_backend(function: str) -> Callable[..., int] | None:
-    """`function` of motor.deploy.local, which another part of motor provides; None (and a message) if absent."""
-    try:
-        local: ModuleType | None = importlib.import_module("motor.deploy.local")
-    except ModuleNotFoundError as exc:
-        if exc.name != "motor.deploy.local":
-            raise
-        local = None
-    found = getattr(local, function, None)
-    if found is None:
-        print(
-            f"motor: local backend not available yet (motor.deploy.local.{function} is missing)",
-            file=sys.stderr,
-        )
-    return found
 
 
 def _with_client(args: argparse.Namespace, operation: "Callable[[KubeClient], int]") -> int:

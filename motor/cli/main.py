@@ -9,6 +9,7 @@ SUBCOMMAND_MODULES = [
     "motor.cli.deploy",
     "motor.cli.patch",
     "motor.cli.model",
+    "motor.cli.observe",
 ]
 
 

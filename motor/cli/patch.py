@@ -4,6 +4,7 @@ import argparse
 
 from motor.engine.patches.facts import Facts, gather_facts
 from motor.engine.patches.registry import decide_all
+from motor.kv.connectors import REGISTRY
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -32,6 +33,9 @@ def status_report(facts: Facts) -> str:
         lines.append(f"{patch.name}: {'APPLIES' if decision.applies else 'not applied'}")
         lines.append(f"  what: {patch.summary}")
         lines.append(f"  why:  {decision.why}")
+        connectors = sorted(name for name, spec in REGISTRY.items() if patch.name in spec.patches)
+        if connectors:
+            lines.append(f"  for:  {', '.join(connectors)}")
         if patch.targets:
             lines.append(f"  when: {patch.targets[0]} is imported")
     return "\n".join(lines)

@@ -1,11 +1,18 @@
-"""`motor validate`: check the whole topology and show what motor would deploy."""
+"""`motor validate`: check the whole topology, compile the plan, and show what motor would deploy
+(`--explain`: every component's compiled spec as well)."""
 
 import argparse
+import os
 import shlex
+from pathlib import Path
 
-from motor.cli.config_args import add_config_arguments, load_topology
-from motor.config import Topology
+from motor.cli.config_args import add_config_arguments, load_topology, report_problems
+from motor.config import ConfigError, Topology
+from motor.deploy.plan import Plan, build_plan
 from motor.kv.pool import engine_store_config, master_args
+from motor.protocol import env
+
+DEFAULT_RUN_ROOT = ".motor"
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -15,6 +22,9 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         description=__doc__,
     )
     add_config_arguments(parser)
+    parser.add_argument(
+        "--explain", action="store_true", help="also print the spec every component would start from"
+    )
     parser.set_defaults(handler=run)
 
 
@@ -22,13 +32,40 @@ def run(args: argparse.Namespace) -> int:
     topology = load_topology(args)
     if isinstance(topology, int):
         return topology
+    try:
+        plan = compile_plan(topology)
+    except ConfigError as exc:
+        return report_problems(exc, f"the plan of job {topology.user.motor_deploy_config.job_id}")
     print(summary(topology))
+    if args.explain:
+        print(explain(plan))
     return 0
+
+
+def compile_plan(topology: Topology) -> Plan:
+    """The plan `motor deploy` would build: local ones under the default run root, else for Kubernetes."""
+    deploy = topology.user.motor_deploy_config
+    if deploy.deploy_mode != "local":
+        return build_plan(topology, target="kubernetes")
+    job_dir = Path(os.environ.get(env.RUN_ROOT) or DEFAULT_RUN_ROOT).resolve() / deploy.job_id
+    return build_plan(topology, target="local", config_dir=str(job_dir / "config"), run_dir=str(job_dir))
+
+
+def explain(plan: Plan) -> str:
+    lines = [f"plan for {plan.target}: {len(plan.components)} component(s), specs in {plan.config_dir}"]
+    for component in plan.components:
+        lines.append(f"--- {component.name} ({component.kind}): {shlex.join(component.argv)}")
+        if component.spec is not None:
+            lines.append(plan.files[f"{component.name}.spec.json"].rstrip())
+    return "\n".join(lines)
 
 
 def summary(topology: Topology) -> str:
     deploy = topology.user.motor_deploy_config
-    lines = [f"valid: job {deploy.job_id}, deploy_mode {deploy.deploy_mode}, hardware {deploy.hardware_type}"]
+    mode = deploy.deploy_mode or "not set (pyMotor's default: infer_service_set, a Kubernetes deployment)"
+    lines = [f"valid: job {deploy.job_id}, deploy_mode {mode}, hardware {deploy.hardware_type}"]
+    if deploy.deploy_mode is None:
+        lines.append("targets: " + "; ".join(fit.describe() for fit in topology.targets))
     for spec in topology.roles.values():
         lines.append(
             f"  {spec.role}: {spec.instances} instance(s) x {spec.pods_per_instance} pod(s), "

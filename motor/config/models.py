@@ -1,42 +1,108 @@
 """Typed models of user_config.json ("v2.0") and env.json ("2.0.0").
 
 Every field here is used by motor; keys pyMotor knows but motor does not implement are reported by the loader
-as warnings, and any other unknown key is an error. `engine_config` is the engine's own option set and passes
-through untouched.
+as warnings (see pymotor_keys.py), and any other unknown key is an error. `engine_config` is the engine's own
+option set and passes through untouched. Numbers and booleans are strict: `true` is not an integer, `1.5` is
+not an instance count and "yes" is not a boolean.
 """
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict, field_validator
 
+from motor.config.hardware import DEFAULT_HARDWARE, HARDWARE, known_hardware
+from motor.config.suggest import did_you_mean
 from motor.kv.connectors import DispatchProfile
 from motor.kv.pool import KvCachePoolConfig
 
-Port = Annotated[int, Field(ge=1, le=65535)]
-PositiveSeconds = Annotated[float, Field(gt=0)]
-InstanceCount = Annotated[int, Field(ge=1, le=16)]
-DnsLabel = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
+Int = Annotated[int, Strict()]
+Number = Annotated[float, Strict()]
+Bool = Annotated[bool, Strict()]
+Port = Annotated[int, Strict(), Field(ge=1, le=65535)]
+PositiveSeconds = Annotated[float, Strict(), Field(gt=0)]
+InstanceCount = Annotated[int, Strict(), Field(ge=1, le=16)]
+PodCount = Annotated[int, Strict(), Field(ge=1, le=64)]
+AcceleratorCount = Annotated[int, Strict(), Field(ge=0, le=16)]
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _dns_label(value: str) -> str:
+    if len(value) > 63 or not _DNS_LABEL.match(value):
+        raise ValueError(
+            f"{value!r} is not a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a "
+            "letter or digit, at most 63 characters (it names the Kubernetes namespace), e.g. 'mindie-motor'"
+        )
+    return value
+
+
+DnsLabel = Annotated[str, AfterValidator(_dns_label)]
 
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+
+
 class LoggingConfig(Section):
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_level: LogLevel = "INFO"
+
+
+class TlsConfig(Section):
+    """pyMotor's TLS setting of one channel. Paths to PEM files; `passwd_file` holds the password of an
+    encrypted `key_file`. A server presents cert_file/key_file and, when ca_file is set, requires client
+    certificates signed by it (mutual TLS); a client verifies the server against ca_file (else the system's
+    trust store) and presents cert_file/key_file when given. crl_file lists revoked certificates."""
+
+    enable_tls: Bool = False
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    passwd_file: str = ""
+    crl_file: str = ""
+
+    @property
+    def paths(self) -> dict[str, str]:
+        """The file fields that are set, by name."""
+        return {name: value for name, value in self.model_dump().items() if name.endswith("_file") and value}
+
+
+class DeployTlsConfig(Section):
+    """`motor_deploy_config.tls_config`: defaults for the component sections' own TLS settings."""
+
+    infer_tls_config: TlsConfig | None = None
+    mgmt_tls_config: TlsConfig | None = None
+    etcd_tls_config: TlsConfig | None = None
 
 
 # ---- motor_deploy_config ---------------------------------------------------------------------------------
 
-DeployMode = Literal["local", "multi_deployment", "single_container"]
-HardwareType = Literal["800I_A2", "800I_A3", "nvidia-gpu", "cpu"]
+DeployMode = Literal["local", "multi_deployment", "single_container", "infer_service_set"]
+KUBERNETES_MODES = ("multi_deployment", "single_container", "infer_service_set")
 
 
-def _reject_infer_service_set(value: object) -> object:
-    if value == "infer_service_set":
+def _known_hardware(value: str) -> str:
+    if value not in HARDWARE:
         raise ValueError(
-            "infer_service_set (the InferServiceSet CRD) is not supported by motor; use multi_deployment "
-            "(one Deployment per component and engine instance), single_container or local"
+            f"{value!r} is not a hardware type pyMotor or motor knows{did_you_mean(value, known_hardware())}; "
+            f"known: {', '.join(known_hardware())}"
+        )
+    return value
+
+
+# What pyMotor's engine pod templates give /dev/shm (a memory-backed emptyDir).
+DEFAULT_DSHM_SIZE = "4Gi"
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)$")
+
+
+def _memory_quantity(value: str) -> str:
+    if not _QUANTITY.match(value):
+        raise ValueError(
+            f"{value!r} is not a Kubernetes memory quantity with a unit (a bare number would mean bytes); "
+            "write it like '4Gi' or '512Mi'"
         )
     return value
 
@@ -45,17 +111,26 @@ class DeployConfig(Section):
     p_instances_num: InstanceCount | None = None
     d_instances_num: InstanceCount | None = None
     hybrid_instances_num: InstanceCount | None = None
-    single_p_instance_pod_num: Annotated[int, Field(ge=1, le=64)] = 1
-    single_d_instance_pod_num: Annotated[int, Field(ge=1, le=64)] = 1
-    single_hybrid_instance_pod_num: Annotated[int, Field(ge=1, le=64)] = 1
-    p_pod_npu_num: Annotated[int, Field(ge=0, le=16)] = 1
-    d_pod_npu_num: Annotated[int, Field(ge=0, le=16)] = 1
-    hybrid_pod_npu_num: Annotated[int, Field(ge=0, le=16)] = 1
-    image_name: str = "motor:latest"
+    single_p_instance_pod_num: PodCount = 1
+    single_d_instance_pod_num: PodCount = 1
+    single_hybrid_instance_pod_num: PodCount = 1
+    p_pod_npu_num: AcceleratorCount = 1
+    d_pod_npu_num: AcceleratorCount = 1
+    hybrid_pod_npu_num: AcceleratorCount = 1
+    image_name: str | None = None
     job_id: DnsLabel = "motor"
-    hardware_type: HardwareType = "cpu"
+    hardware_type: Annotated[str, AfterValidator(_known_hardware)] = DEFAULT_HARDWARE
     weight_mount_path: str = "/mnt/weight"
-    deploy_mode: Annotated[DeployMode, BeforeValidator(_reject_infer_service_set)] = "local"
+    deploy_mode: DeployMode | None = Field(
+        default=None, description="absent: pyMotor's default, infer_service_set (a Kubernetes deployment)"
+    )
+    tls_config: DeployTlsConfig = DeployTlsConfig()
+    dshm_size: Annotated[str, AfterValidator(_memory_quantity)] = DEFAULT_DSHM_SIZE
+
+    @property
+    def kubernetes_layout(self) -> Literal["multi_deployment", "single_container"]:
+        """The objects motor renders: infer_service_set (and no mode) get multi_deployment's."""
+        return "single_container" if self.deploy_mode == "single_container" else "multi_deployment"
 
 
 # ---- motor_controller_config -----------------------------------------------------------------------------
@@ -77,10 +152,15 @@ class EventConfig(Section):
 
 
 class EtcdConfig(Section):
-    enable_etcd_persistence: bool = False
+    enable_etcd_persistence: Bool = False
     etcd_host: str = "127.0.0.1"
     etcd_port: Port = 2379
     etcd_timeout: PositiveSeconds = 5.0
+    etcd_auth_secret: str | None = Field(
+        default=None,
+        description="motor's own key: on Kubernetes, an existing Secret with keys `username` and `password` "
+        "for etcd authentication (else env.json's MOTOR_ETCD_USERNAME / MOTOR_ETCD_PASSWORD, if set)",
+    )
 
 
 class ControllerConfig(Section):
@@ -89,6 +169,8 @@ class ControllerConfig(Section):
     instance_config: InstanceConfig = InstanceConfig()
     event_config: EventConfig = EventConfig()
     etcd_config: EtcdConfig = EtcdConfig()
+    mgmt_tls_config: TlsConfig | None = None
+    etcd_tls_config: TlsConfig | None = None
 
 
 # ---- motor_coordinator_config ----------------------------------------------------------------------------
@@ -118,8 +200,8 @@ class SchedulerConfig(Section):
         description="pyMotor's name for the dispatch style; checked against the resolved profile",
     )
     scheduler_type: Literal["round_robin", "load_balance", "prefix_affinity"] = "load_balance"
-    affinity_block_size: Annotated[int, Field(ge=1)] = 128
-    affinity_max_load_ratio: Annotated[float, Field(ge=1.0)] = 2.0
+    affinity_block_size: Annotated[int, Strict(), Field(ge=1)] = 128
+    affinity_max_load_ratio: Annotated[float, Strict(), Field(ge=1.0)] = 2.0
 
     @field_validator("scheduler_type", mode="before")
     @classmethod
@@ -128,8 +210,8 @@ class SchedulerConfig(Section):
 
 
 class ExceptionConfig(Section):
-    max_retry: Annotated[int, Field(ge=0, le=100)] = 5
-    retry_delay: Annotated[float, Field(ge=0)] = 0.2
+    max_retry: Annotated[int, Strict(), Field(ge=0, le=100)] = 5
+    retry_delay: Annotated[float, Strict(), Field(ge=0)] = 0.2
     first_token_timeout: PositiveSeconds = 600.0
     infer_timeout: PositiveSeconds = 3600.0
 
@@ -143,23 +225,23 @@ class TimeoutConfig(Section):
 
 
 class ApiKeyConfig(Section):
-    enable_api_key: bool = False
+    enable_api_key: Bool = False
     valid_keys: list[str] = []
     header_name: str = "Authorization"
     key_prefix: str = "Bearer "
 
 
 class RateLimitConfig(Section):
-    enable_rate_limit: bool = False
-    max_requests: Annotated[int, Field(ge=1)] = 1000
+    enable_rate_limit: Bool = False
+    max_requests: Annotated[int, Strict(), Field(ge=1)] = 1000
     window_size: PositiveSeconds = 60.0
     error_message: str = "too many requests, please try again later"
-    error_status_code: Annotated[int, Field(ge=100, le=599)] = 429
+    error_status_code: Annotated[int, Strict(), Field(ge=100, le=599)] = 429
 
 
 class RequestLimitConfig(Section):
-    max_requests: Annotated[int, Field(ge=1)] | None = None
-    max_body_bytes: Annotated[int, Field(ge=1024)] = 10 << 20
+    max_requests: Annotated[int, Strict(), Field(ge=1)] | None = None
+    max_body_bytes: Annotated[int, Strict(), Field(ge=1024)] = 10 << 20
 
 
 class CoordinatorApiConfig(Section):
@@ -169,7 +251,7 @@ class CoordinatorApiConfig(Section):
 
 
 class InferenceWorkersConfig(Section):
-    num_workers: Annotated[int, Field(ge=1, le=64)] = 1
+    num_workers: Annotated[int, Strict(), Field(ge=1, le=64)] = 1
 
 
 class CoordinatorConfig(Section):
@@ -182,6 +264,8 @@ class CoordinatorConfig(Section):
     request_limit: RequestLimitConfig = RequestLimitConfig()
     api_config: CoordinatorApiConfig = CoordinatorApiConfig()
     inference_workers_config: InferenceWorkersConfig = InferenceWorkersConfig()
+    infer_tls_config: TlsConfig | None = None
+    mgmt_tls_config: TlsConfig | None = None
 
 
 # ---- motor_nodemanger_config -----------------------------------------------------------------------------
@@ -204,22 +288,33 @@ class NodeManagerConfig(Section):
     api_config: NodeManagerApiConfig = NodeManagerApiConfig()
     endpoint_config: EndpointConfig = EndpointConfig()
     basic_config: NodeManagerBasicConfig = NodeManagerBasicConfig()
+    mgmt_tls_config: TlsConfig | None = None
 
 
 # ---- engine sections -------------------------------------------------------------------------------------
 
 EngineType = Literal["vllm", "sglang", "sim"]
+# pyMotor's engine-level dispatch_profile names (handoff: prefill first, trigger: decode first via metaserver).
+PYMOTOR_DISPATCH_PROFILES = {
+    "handoff": DispatchProfile.PREFILL_FIRST,
+    "trigger": DispatchProfile.DECODE_FIRST,
+}
+
+
+def _pymotor_profile(value: object) -> object:
+    return PYMOTOR_DISPATCH_PROFILES.get(value, value) if isinstance(value, str) else value
 
 
 class EngineSection(Section):
     engine_type: EngineType = "vllm"
     engine_config: dict[str, Any] = {}
+    dispatch_profile: Annotated[DispatchProfile | None, BeforeValidator(_pymotor_profile)] = None
     motor_nodemanger_config: NodeManagerConfig | None = None
 
 
 class KvConductorConfig(Section):
     kvevent_instance: dict[str, Any] | None = None
-    http_server_port: Annotated[int, Field(ge=0, le=65535)] = 0
+    http_server_port: Annotated[int, Strict(), Field(ge=0, le=65535)] = 0
 
 
 class UserConfig(Section):
@@ -232,6 +327,7 @@ class UserConfig(Section):
     motor_engine_decode_config: EngineSection | None = None
     motor_engine_union_config: EngineSection | None = None
     kv_cache_pool_config: KvCachePoolConfig | None = None
+    kv_cache_store_config: KvCachePoolConfig | None = None
     kv_conductor_config: KvConductorConfig | None = None
 
 
@@ -246,8 +342,21 @@ def _env_value(value: object) -> str:
     raise ValueError("environment values must be strings, numbers or booleans")
 
 
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _env_name(value: str) -> str:
+    if not _ENV_NAME.match(value):
+        raise ValueError(
+            f"{value!r} is not an environment variable name a shell accepts: letters, digits and '_', not "
+            "starting with a digit; rename it"
+        )
+    return value
+
+
 EnvValue = Annotated[str, BeforeValidator(_env_value)]
-EnvMap = dict[str, EnvValue]
+EnvName = Annotated[str, AfterValidator(_env_name)]
+EnvMap = dict[EnvName, EnvValue]
 
 
 class EnvConfig(Section):

@@ -5,11 +5,16 @@ Instances are numbered in order prefill, decode, union (k = 0, 1, ...); instance
 A producer whose transfer connector serves a KV bootstrap endpoint (vLLM's MooncakeConnector) uses the
 connector's `kv_port + i` for the i-th instance of its role. Store connectors' host-local lookup sockets get the
 configured id + k (see `motor.kv.store_ids`).
+
+A running local job that is scaled keeps the ordinals of the instances it keeps (`kept`), so their ports do not
+move; the new instances take the smallest ordinals no kept instance holds.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from motor.config.compat import engine_option
 from motor.config.models import UserConfig
 from motor.config.transfer import transfer_config_key
 from motor.kv.connectors import serves_bootstrap
@@ -43,13 +48,23 @@ class InstancePorts:
     kv_bootstrap_port: int | None = None
 
 
-def instance_ports(roles: "dict[Role, RoleSpec]") -> list[InstancePorts]:
+def instance_ports(
+    roles: "dict[Role, RoleSpec]", kept: Mapping[str, int] | None = None
+) -> list[InstancePorts]:
+    """Every instance's ports, in order prefill, decode, union; `kept` maps instance names to the ordinals they
+    keep (names of instances the roles no longer have are ignored)."""
+    names = [f"{spec.role}-{index}" for spec in roles.values() for index in range(spec.instances)]
+    held = {name: k for name, k in (kept or {}).items() if name in names}
+    if len(set(held.values())) != len(held):
+        raise ValueError(f"kept ordinals {held} give two instances the same ordinal")
+    free = (k for k in range(len(names) + len(held)) if k not in held.values())
+    ordinals = {name: held[name] if name in held else next(free) for name in names}
     result = []
-    k = 0
     for spec in roles.values():
         nm = spec.node_manager
         bootstrap_base = kv_bootstrap_base(spec)
         for index in range(spec.instances):
+            k = ordinals[f"{spec.role}-{index}"]
             base = nm.endpoint_config.base_port + 2 * k
             result.append(
                 InstancePorts(
@@ -63,15 +78,26 @@ def instance_ports(roles: "dict[Role, RoleSpec]") -> list[InstancePorts]:
                     kv_bootstrap_port=None if bootstrap_base is None else bootstrap_base + index,
                 )
             )
-            k += 1
     return result
 
 
 PRODUCER_ROLES = ("prefill", "union")
 
 
+SGLANG_DEFAULT_BOOTSTRAP_PORT = 8998
+
+
 def kv_bootstrap_base(spec: "RoleSpec") -> int | None:
-    """The kv_port of a producer's transfer connector when that connector serves a KV bootstrap endpoint."""
+    """Where a producer serves its KV bootstrap endpoint: SGLang's prefill on `disaggregation_bootstrap_port`
+    (8998), a vLLM producer on its transfer connector's kv_port when that connector serves one."""
+    if spec.engine_type == "sglang":
+        if spec.role != "prefill":
+            return None
+        configured = engine_option(spec.engine_config, "disaggregation_bootstrap_port")
+        try:
+            return SGLANG_DEFAULT_BOOTSTRAP_PORT if configured is None else int(configured)
+        except (TypeError, ValueError):
+            return None
     key = transfer_config_key(spec.engine_config)
     config = spec.engine_config.get(key) if key else None
     if spec.role not in PRODUCER_ROLES or not isinstance(config, dict):
@@ -81,11 +107,9 @@ def kv_bootstrap_base(spec: "RoleSpec") -> int | None:
     return transfer_kv_port(config)
 
 
-def local_port_uses(
-    user: UserConfig, roles: "dict[Role, RoleSpec]", pool: KvCachePoolConfig | None
-) -> list[PortUse]:
+def coordinator_port_uses(user: UserConfig) -> list[PortUse]:
     coordinator = user.motor_coordinator_config.api_config
-    uses = [
+    return [
         PortUse(
             "coordinator (OpenAI API)",
             "motor_coordinator_config.api_config.coordinator_api_infer_port",
@@ -96,6 +120,53 @@ def local_port_uses(
             "motor_coordinator_config.api_config.coordinator_api_mgmt_port",
             coordinator.coordinator_api_mgmt_port,
         ),
+    ]
+
+
+def collisions(uses: list[PortUse]) -> list[tuple[PortUse, PortUse]]:
+    """(use, the earlier use of the same port) for every port used more than once."""
+    seen: dict[int, PortUse] = {}
+    return [(use, seen[use.port]) for use in uses if seen.setdefault(use.port, use) is not use]
+
+
+def pod_port_uses(
+    user: UserConfig, roles: "dict[Role, RoleSpec]", pool: KvCachePoolConfig | None
+) -> dict[str, list[PortUse]]:
+    """The ports each pod of a multi-pod deployment listens on, by pod (one entry per engine role)."""
+    pods = {"coordinator": coordinator_port_uses(user)}
+    if pool is not None:
+        pods["KV pool master"] = [
+            PortUse("KV pool master", "kv_cache_pool_config.port", pool.port),
+            PortUse("KV pool metrics", "kv_cache_pool_config.metrics_port", pool.metrics_port),
+        ]
+    for spec in roles.values():
+        nm = spec.node_manager
+        base = nm.endpoint_config.base_port
+        uses = [
+            PortUse(
+                "node manager",
+                f"{spec.node_manager_path}.api_config.node_manager_port",
+                nm.api_config.node_manager_port,
+            ),
+            PortUse("engine", f"{spec.node_manager_path}.endpoint_config.base_port", base),
+            PortUse(
+                "engine status (base_port + 1)",
+                f"{spec.node_manager_path}.endpoint_config.base_port",
+                base + 1,
+            ),
+        ]
+        bootstrap = kv_bootstrap_base(spec)
+        if bootstrap is not None:
+            uses.append(PortUse("KV bootstrap", "kv_transfer_config transfer connector kv_port", bootstrap))
+        pods[f"{spec.role} engine"] = uses
+    return pods
+
+
+def local_port_uses(
+    user: UserConfig, roles: "dict[Role, RoleSpec]", pool: KvCachePoolConfig | None
+) -> list[PortUse]:
+    uses = [
+        *coordinator_port_uses(user),
         PortUse(
             "controller",
             "motor_controller_config.api_config.controller_api_port",
@@ -105,12 +176,25 @@ def local_port_uses(
     if pool is not None:
         uses.append(PortUse("KV pool master", "kv_cache_pool_config.port", pool.port))
         uses.append(PortUse("KV pool metrics", "kv_cache_pool_config.metrics_port", pool.metrics_port))
-    nm_path = "motor_nodemanger_config.api_config.node_manager_port"
-    base_path = "motor_nodemanger_config.endpoint_config.base_port"
     for ports in instance_ports(roles):
-        uses.append(PortUse(f"node manager {ports.name}", nm_path, ports.node_manager_port))
-        uses.append(PortUse(f"engine {ports.name}", base_path, ports.engine_port))
-        uses.append(PortUse(f"engine {ports.name} status", base_path, ports.engine_status_port))
+        nm_path = roles[ports.role].node_manager_path  # type: ignore[index]
+        uses.append(
+            PortUse(
+                f"node manager {ports.name}",
+                f"{nm_path}.api_config.node_manager_port",
+                ports.node_manager_port,
+            )
+        )
+        uses.append(
+            PortUse(f"engine {ports.name}", f"{nm_path}.endpoint_config.base_port", ports.engine_port)
+        )
+        uses.append(
+            PortUse(
+                f"engine {ports.name} status",
+                f"{nm_path}.endpoint_config.base_port",
+                ports.engine_status_port,
+            )
+        )
         if ports.kv_bootstrap_port is not None:
             uses.append(
                 PortUse(

@@ -1,17 +1,32 @@
-"""Whole-topology validation: roles, connectors, dispatch profile, pool, timeouts, ports — all errors at once."""
+"""Whole-topology validation: roles, connectors, dispatch profile, pool, timeouts, ports, deploy targets.
+
+Rules add to the caller's issue list (the loader reports everything at once); a rule that reads a value the
+schema already refused is skipped (`broken` holds those paths).
+"""
 
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from motor.config.errors import ConfigError, ConfigIssue
+from motor.config.compat import NODE_MANAGER_KEY
+from motor.config.errors import ConfigIssue
+from motor.config.hardware import HARDWARE
 from motor.config.models import (
+    KUBERNETES_MODES,
     LEGACY_DEPLOY_MODE_PROFILE,
     EngineSection,
     EnvConfig,
     NodeManagerConfig,
     UserConfig,
 )
-from motor.config.ports import SHARED_HOST_MODES, PortUse, instance_ports, local_port_uses
+from motor.config.ports import (
+    SHARED_HOST_MODES,
+    PortUse,
+    collisions,
+    instance_ports,
+    local_port_uses,
+    pod_port_uses,
+)
+from motor.config.tls import TlsSettings, resolve_tls
 from motor.config.transfer import (
     apply_role,
     check_engine_compatibility,
@@ -19,7 +34,7 @@ from motor.config.transfer import (
     read_transfer_config,
     transfer_config_key,
 )
-from motor.kv.connectors import is_pool_backend
+from motor.kv.connectors import needs_pool_master
 from motor.kv.levels import connector_levels
 from motor.kv.pool import KvCachePoolConfig
 from motor.kv.profile import ProfileError, ProfileResolution, resolve_profile
@@ -48,6 +63,27 @@ class RoleSpec:
     engine_config: dict[str, Any]
     env: dict[str, str]
     node_manager: NodeManagerConfig
+    node_manager_path: str = NODE_MANAGER_KEY  # where node_manager came from (an engine section may nest one)
+
+
+Target = Literal["local", "kubernetes"]
+
+
+@dataclass(frozen=True)
+class TargetFit:
+    """Whether a deploy target can run the topology, and if not, why (each reason names its path)."""
+
+    target: Target
+    reasons: tuple[ConfigIssue, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        return not self.reasons
+
+    def describe(self) -> str:
+        if self.fits:
+            return f"{self.target}: yes"
+        return f"{self.target}: no ({'; '.join(reason.message for reason in self.reasons)})"
 
 
 @dataclass(frozen=True)
@@ -59,14 +95,22 @@ class Topology:
     pool: KvCachePoolConfig | None
     ports: list[PortUse]
     warnings: list[str] = field(default_factory=list)
+    targets: tuple[TargetFit, ...] = ()
+    tls: TlsSettings = field(default_factory=TlsSettings)
 
-    @property
-    def pool_enabled(self) -> bool:
-        return self.pool is not None
+    def fit(self, target: Target) -> TargetFit:
+        return next(fit for fit in self.targets if fit.target == target)
 
 
-def build_topology(user: UserConfig, env: EnvConfig, raw_pool_present: bool, warnings: list[str]) -> Topology:
-    issues: list[ConfigIssue] = []
+def build_topology(
+    user: UserConfig,
+    env: EnvConfig,
+    warnings: list[str],
+    issues: list[ConfigIssue],
+    broken: frozenset[str] = frozenset(),
+) -> Topology | None:
+    """The topology, or None when a rule failed (its problems are in `issues`)."""
+    before = len(issues)
     deploy = user.motor_deploy_config
     aggregated = deploy.hybrid_instances_num is not None or user.motor_engine_union_config is not None
     sections = _role_sections(user, aggregated, issues)
@@ -81,12 +125,12 @@ def build_topology(user: UserConfig, env: EnvConfig, raw_pool_present: bool, war
         engine_config = dict(section.engine_config)
         if config is not None:
             key = transfer_config_key(engine_config) or "kv_transfer_config"
-            engine_config[key] = apply_role(config, config_path, ROLE_KV[role], issues)
+            engine_config[key] = apply_role(config, config_path, ROLE_KV[role], warnings)
         engine_configs[role] = engine_config
 
     if not aggregated and "prefill" in sections and "decode" in sections:
         (p_cfg, p_path), (d_cfg, d_path) = transfer["prefill"], transfer["decode"]
-        if (p_cfg is None) != (d_cfg is None) and not issues:
+        if (p_cfg is None) != (d_cfg is None) and len(issues) == before:
             missing = d_path if d_cfg is None else p_path
             issues.append(ConfigIssue(missing, "prefill and decode must both configure kv_transfer_config"))
         if p_cfg is not None and d_cfg is not None:
@@ -109,19 +153,30 @@ def build_topology(user: UserConfig, env: EnvConfig, raw_pool_present: bool, war
 
     if user.kv_conductor_config is not None and user.kv_conductor_config.model_fields_set:
         warnings.append(
-            "kv_conductor_config: motor deploys no KV conductor; prefix-aware routing is the coordinator's "
-            "scheduler_type prefix_affinity"
+            "kv_conductor_config: pyMotor setting not implemented by motor; motor deploys no KV conductor, "
+            "prefix-aware routing is the coordinator's scheduler_type prefix_affinity"
+        )
+    if deploy.deploy_mode == "infer_service_set":
+        warnings.append(
+            "motor_deploy_config.deploy_mode: infer_service_set is rendered as motor's multi_deployment objects "
+            "(a Deployment per component and engine instance, Services); the InferServiceSet custom resource "
+            "itself belongs to MindCluster and is not created"
         )
     profile = _resolve(user, sections, transfer, aggregated, issues, warnings)
-    pool = _pool(user, sections, transfer, raw_pool_present, issues)
+    pool_section = (
+        "kv_cache_pool_config" if user.kv_cache_pool_config is not None else "kv_cache_store_config"
+    )
+    pool = _pool(user, transfer, pool_section, issues, warnings)
     engine_env = _engine_env(env, sections, pool, issues)
     if pool is not None:
-        _check_lease(pool, env, sections, issues)
-        _check_protocol(pool, user, issues)
+        _check_lease(pool, pool_section, env, sections, issues)
+        if "motor_deploy_config.hardware_type" not in broken:
+            _check_protocol(pool, pool_section, user, issues)
 
     roles: dict[Role, RoleSpec] = {}
     for role, (path, section) in sections.items():
         count, pods, accelerators = _counts(user, role)
+        own_node_manager = section.motor_nodemanger_config is not None
         roles[role] = RoleSpec(
             role=role,
             section_path=path,
@@ -132,16 +187,21 @@ def build_topology(user: UserConfig, env: EnvConfig, raw_pool_present: bool, war
             engine_config=engine_configs[role],
             env=engine_env.get(role, {}),
             node_manager=section.motor_nodemanger_config or user.motor_nodemanger_config,
+            node_manager_path=f"{path}.{NODE_MANAGER_KEY}" if own_node_manager else NODE_MANAGER_KEY,
         )
 
-    ports = local_port_uses(user, roles, pool) if deploy.deploy_mode == "local" else []
-    if deploy.deploy_mode == "local":
-        _check_local(user, roles, ports, issues)
-    _check_store_lookup_ids(roles, transfer, deploy.deploy_mode in SHARED_HOST_MODES, issues)
-    if issues:
-        raise ConfigError(issues)
-    assert profile is not None
-    return Topology(user, env, roles, profile, pool, ports, warnings)
+    tls = resolve_tls(
+        user,
+        {role: (spec.node_manager_path, spec.node_manager.mgmt_tls_config) for role, spec in roles.items()},
+        issues,
+    )
+    shared_host = deploy.deploy_mode in SHARED_HOST_MODES
+    ports = local_port_uses(user, roles, pool) if shared_host else []
+    targets = _check_targets(user, roles, pool, issues, broken)
+    _check_store_lookup_ids(roles, transfer, shared_host, issues)
+    if len(issues) > before or profile is None:
+        return None
+    return Topology(user, env, roles, profile, pool, ports, warnings, targets, tls)
 
 
 def _role_sections(
@@ -224,13 +284,19 @@ def _resolve(
     config, path = transfer[deciding_role]
     if config is None and any(issue.path.startswith(path) for issue in issues):
         return None
-    explicit_path = "motor_coordinator_config.scheduler_config.dispatch_profile"
+    explicit, explicit_path = (
+        scheduler.dispatch_profile,
+        "motor_coordinator_config.scheduler_config.dispatch_profile",
+    )
+    section_path, section = sections[deciding_role]
+    if explicit is None and section.dispatch_profile is not None:
+        explicit, explicit_path = section.dispatch_profile, f"{section_path}.dispatch_profile"
     try:
         resolution = resolve_profile(
-            engine_type=sections[deciding_role][1].engine_type,
+            engine_type=section.engine_type,
             transfer_config=config,
             transfer_config_path=path,
-            explicit=scheduler.dispatch_profile,
+            explicit=explicit,
             explicit_path=explicit_path,
             aggregated_only=aggregated,
         )
@@ -251,22 +317,29 @@ def _resolve(
 
 def _pool(
     user: UserConfig,
-    sections: dict[Role, tuple[str, EngineSection]],
     transfer: dict[Role, tuple[dict[str, Any] | None, str]],
-    raw_pool_present: bool,
+    pool_section: str,
     issues: list[ConfigIssue],
+    warnings: list[str],
 ) -> KvCachePoolConfig | None:
+    """The pool config; a store connector writing to the Mooncake pool (on either side) needs one."""
     backend_paths = []
-    for role in ("prefill", "union"):
-        config, path = transfer.get(role, (None, ""))
-        if config is None:
-            continue
-        for suffix, level in connector_levels(config):
+    for config, path in transfer.values():
+        for suffix, level in connector_levels(config or {}):
             name = level.get("kv_connector")
-            if isinstance(name, str) and is_pool_backend(name):
-                backend_paths.append((f"{path}{suffix}.kv_connector", name))
-    if raw_pool_present and user.kv_cache_pool_config is not None:
-        return user.kv_cache_pool_config
+            if not isinstance(name, str) or not needs_pool_master(name):
+                continue
+            backend_paths.append((f"{path}{suffix}.kv_connector", name))
+            extra = level.get("kv_connector_extra_config")
+            backend = extra.get("backend") if isinstance(extra, dict) else None
+            if backend not in (None, "mooncake"):
+                warnings.append(
+                    f"{path}{suffix}.kv_connector_extra_config.backend: {backend!r}: motor's KV pool is a Mooncake "
+                    "master; this store connector reaches it only with backend 'mooncake'"
+                )
+    pool = getattr(user, pool_section)
+    if pool is not None:
+        return pool
     if backend_paths:
         path, name = backend_paths[0]
         issues.append(
@@ -329,6 +402,7 @@ def _env_source(env: EnvConfig, role: Role, name: str) -> str:
 
 def _check_lease(
     pool: KvCachePoolConfig,
+    pool_section: str,
     env: EnvConfig,
     sections: dict[Role, tuple[str, EngineSection]],
     issues: list[ConfigIssue],
@@ -350,7 +424,7 @@ def _check_lease(
             if pool.default_kv_lease_ttl <= timeout_ms:
                 issues.append(
                     ConfigIssue(
-                        "kv_cache_pool_config.default_kv_lease_ttl",
+                        f"{pool_section}.default_kv_lease_ttl",
                         f"{pool.default_kv_lease_ttl} ms must exceed {var}={raw} {unit} from env.json {section_name}: "
                         "a KV object's lease must outlive the engines' transfer; raise the lease or lower the timeout",
                     )
@@ -360,45 +434,128 @@ def _check_lease(
 ACCELERATOR_PROTOCOLS = {"ascend", "rdma"}
 
 
-def _check_protocol(pool: KvCachePoolConfig, user: UserConfig, issues: list[ConfigIssue]) -> None:
+def _check_protocol(
+    pool: KvCachePoolConfig, pool_section: str, user: UserConfig, issues: list[ConfigIssue]
+) -> None:
     hardware = user.motor_deploy_config.hardware_type
     if hardware == "cpu" and pool.protocol in ACCELERATOR_PROTOCOLS:
         issues.append(
             ConfigIssue(
-                "kv_cache_pool_config.protocol",
+                f"{pool_section}.protocol",
                 f"{pool.protocol!r} needs accelerator/RDMA hardware but motor_deploy_config.hardware_type is 'cpu'; "
                 'set "protocol": "tcp"',
             )
         )
 
 
-def _check_local(
-    user: UserConfig, roles: dict[Role, RoleSpec], ports: list[PortUse], issues: list[ConfigIssue]
-) -> None:
+POD_COUNT_KEYS = {
+    "prefill": "single_p_instance_pod_num",
+    "decode": "single_d_instance_pod_num",
+    "union": "single_hybrid_instance_pod_num",
+}
+
+
+def _check_targets(
+    user: UserConfig,
+    roles: dict[Role, RoleSpec],
+    pool: KvCachePoolConfig | None,
+    issues: list[ConfigIssue],
+    broken: frozenset[str],
+) -> tuple[TargetFit, ...]:
+    """Which targets can run the topology. The rules of the deploy_mode given are errors; without deploy_mode
+    (pyMotor's default, a Kubernetes deployment) they only say which target fits, and it is an error only when
+    none does."""
+    deploy = user.motor_deploy_config
+    mode = deploy.deploy_mode
+    shared_host = _one_host_problems(user, roles, pool)
+    local = TargetFit("local", tuple(shared_host + _local_only_problems(user, roles, mode)))
+    kubernetes = TargetFit("kubernetes", tuple(_kubernetes_problems(user)))
+    if mode not in SHARED_HOST_MODES:
+        issues.extend(_pod_port_problems(user, roles, pool))
+    if mode == "local":
+        issues.extend(local.reasons)
+    elif mode == "single_container":
+        issues.extend(shared_host + list(kubernetes.reasons))
+    elif mode in KUBERNETES_MODES:
+        issues.extend(kubernetes.reasons)
+    elif "motor_deploy_config.deploy_mode" not in broken and not local.fits and not kubernetes.fits:
+        issues.append(
+            ConfigIssue(
+                "motor_deploy_config.deploy_mode",
+                f"not set, and no target can run this topology: {local.describe()}; {kubernetes.describe()}; "
+                "fix one of them or set deploy_mode",
+            )
+        )
+    return local, kubernetes
+
+
+def _one_host_problems(
+    user: UserConfig, roles: dict[Role, RoleSpec], pool: KvCachePoolConfig | None
+) -> list[ConfigIssue]:
+    """Every process on one host (local, single_container): one pod per instance, no port used twice."""
+    problems = []
     for spec in roles.values():
         if spec.pods_per_instance != 1:
-            key = {"prefill": "single_p_instance_pod_num", "decode": "single_d_instance_pod_num"}.get(
-                spec.role, "single_hybrid_instance_pod_num"
-            )
-            issues.append(
+            problems.append(
                 ConfigIssue(
-                    f"motor_deploy_config.{key}",
-                    f"{spec.pods_per_instance}: local mode runs each instance as one process group on this machine; set 1",
+                    f"motor_deploy_config.{POD_COUNT_KEYS[spec.role]}",
+                    f"{spec.role} instances need {spec.pods_per_instance} pods; on one host each instance is one "
+                    "process group, so this needs 1 (or a multi-pod Kubernetes deploy_mode)",
                 )
             )
-    seen: dict[int, PortUse] = {}
-    for use in ports:
-        other = seen.get(use.port)
-        if other is not None:
-            issues.append(
-                ConfigIssue(
-                    use.path,
-                    f"port {use.port} for {use.component} is already used by {other.component} ({other.path}); "
-                    "in local mode every component needs its own port",
-                )
-            )
-        else:
-            seen[use.port] = use
+    problems += [
+        ConfigIssue(
+            use.path,
+            f"port {use.port} for {use.component} is already used by {other.component} ({other.path}); "
+            "on one host every component needs its own port",
+        )
+        for use, other in collisions(local_port_uses(user, roles, pool))
+    ]
+    return problems
+
+
+def _local_only_problems(
+    user: UserConfig, roles: dict[Role, RoleSpec], mode: str | None
+) -> list[ConfigIssue]:
+    """Hardware motor's local mode cannot drive; an explicit local deploy_mode is taken at its word."""
+    hardware = HARDWARE.get(user.motor_deploy_config.hardware_type)
+    if mode == "local" or hardware is None or not hardware.cluster_only:
+        return []
+    return [
+        ConfigIssue(
+            "motor_deploy_config.hardware_type",
+            f"{hardware.name} ({hardware.family}) accelerators are scheduled by Kubernetes; local mode runs "
+            "engines on this machine",
+        )
+    ]
+
+
+def _kubernetes_problems(user: UserConfig) -> list[ConfigIssue]:
+    image = user.motor_deploy_config.image_name
+    if image is not None and image.strip():
+        return []
+    return [
+        ConfigIssue(
+            "motor_deploy_config.image_name",
+            f"{'empty' if image is not None else 'not set'}: Kubernetes pods need the container image holding "
+            'motor and the engine, e.g. "image_name": "registry.example/motor:1.0"',
+        )
+    ]
+
+
+def _pod_port_problems(
+    user: UserConfig, roles: dict[Role, RoleSpec], pool: KvCachePoolConfig | None
+) -> list[ConfigIssue]:
+    """Within one pod every container port (and so every Service port) must differ."""
+    return [
+        ConfigIssue(
+            use.path,
+            f"port {use.port} for {use.component} is already used by {other.component} ({other.path}) in the "
+            f"same {pod} pod; every container and Service port there must differ",
+        )
+        for pod, uses in pod_port_uses(user, roles, pool).items()
+        for use, other in collisions(uses)
+    ]
 
 
 def _check_store_lookup_ids(

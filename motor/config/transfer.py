@@ -1,13 +1,14 @@
 """`kv_transfer_config` inside an engine section: typed view, role filling and P/D agreement checks."""
 
 import json
+import posixpath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from motor.config.compat import engine_option
 from motor.config.errors import ConfigIssue, json_path
-from motor.kv.connectors import MULTI_CONNECTOR
+from motor.kv.connectors import MULTI_CONNECTOR, is_pool_backend
 from motor.kv.levels import connector_levels, transfer_level
 
 KvRole = Literal["kv_producer", "kv_consumer", "kv_both"]
@@ -98,19 +99,23 @@ def _check_shape(raw: dict[str, Any], path: str, issues: list[ConfigIssue]) -> b
     return True
 
 
-def apply_role(config: dict[str, Any], path: str, expected: str, issues: list[ConfigIssue]) -> dict[str, Any]:
-    """Copy of `config` with kv_role filled where missing; a different role is an error."""
+def apply_role(config: dict[str, Any], path: str, expected: str, warnings: list[str]) -> dict[str, Any]:
+    """Copy of `config` with every connector's kv_role set from the instance's role, as pyMotor does.
+
+    A role that differs is replaced, with a warning; a pool backend may keep kv_both (it reads and writes the pool).
+    """
     filled = json.loads(json.dumps(config))
     for suffix, level in connector_levels(filled):
         role = level.get("kv_role")
-        if role is None:
-            level["kv_role"] = expected
-        elif role != expected:
-            issues.append(
-                ConfigIssue(
-                    f"{path}{suffix}.kv_role",
-                    f"{role!r} on this side must be {expected!r}; set it or remove it",
-                )
+        if role == expected:
+            continue
+        if role == "kv_both" and suffix and is_pool_backend(str(level.get("kv_connector"))):
+            continue
+        level["kv_role"] = expected
+        if role is not None:
+            warnings.append(
+                f"{path}{suffix}.kv_role: {role!r} replaced by {expected!r}: the kv_role follows the instance's "
+                "role (as in pyMotor); remove it or set it to match"
             )
     return filled
 
@@ -122,31 +127,42 @@ def check_pd_agreement(
     decode_path: str,
     issues: list[ConfigIssue],
 ) -> None:
-    """P and D must use the same connector chain and meet on the transfer connector's kv_port."""
-    p_names = [level.get("kv_connector") for _, level in connector_levels(prefill)]
-    d_names = [level.get("kv_connector") for _, level in connector_levels(decode)]
-    if p_names != d_names:
+    """P and D must move KV through the same transfer connector.
+
+    Pool backends (MultiConnector's later sub-connectors) may differ or exist on one side only, and each
+    engine's kv_port is its own listener, so neither is compared.
+    """
+    (p_suffix, p_level), (d_suffix, d_level) = transfer_level(prefill), transfer_level(decode)
+    p_name, d_name = p_level.get("kv_connector"), d_level.get("kv_connector")
+    if p_name != d_name:
         issues.append(
             ConfigIssue(
-                f"{decode_path}.kv_connector",
-                f"decode connectors {d_names} must equal prefill connectors {p_names} in names and order "
-                f"(from {prefill_path})",
-            )
-        )
-        return
-    p_transfer, d_transfer = transfer_level(prefill), transfer_level(decode)
-    p_port, d_port = p_transfer[1].get("kv_port"), d_transfer[1].get("kv_port")
-    if (p_port is not None or d_port is not None) and str(p_port) != str(d_port):
-        issues.append(
-            ConfigIssue(
-                f"{decode_path}{d_transfer[0]}.kv_port",
-                f"{d_port!r} must equal the prefill side's kv_port {p_port!r} ({prefill_path}{p_transfer[0]}.kv_port): "
-                "the transfer connector meets on one port",
+                f"{decode_path}{d_suffix}.kv_connector",
+                f"decode's transfer connector {d_name!r} must be the prefill side's {p_name!r} "
+                f"({prefill_path}{p_suffix}.kv_connector): P and D move KV through one transfer connector "
+                "(MultiConnector's first sub-connector); pool connectors after it may differ or be one-sided",
             )
         )
 
 
-COMPATIBILITY_KEYS = ("model", "served_model_name", "block_size", "dtype", "max_model_len")
+def model_identity(engine_config: dict[str, Any]) -> str | None:
+    """The model path or id, normalised so `/data/m/` and `/data/m` compare equal."""
+    value = engine_option(engine_config, "model") or engine_option(engine_config, "model_path")
+    if not isinstance(value, str) or not value:
+        return None
+    return posixpath.normpath(value) if "/" in value else value
+
+
+def kv_cache_dtype(engine_config: dict[str, Any]) -> str | None:
+    """The dtype of the KV cache as vLLM picks it: kv_cache_dtype unless "auto", else the model dtype.
+
+    None when it depends on the model's own config ("auto" everywhere), which the config cannot tell.
+    """
+    for key in ("kv_cache_dtype", "dtype"):
+        value = engine_option(engine_config, key)
+        if value is not None and value != "auto":
+            return str(value)
+    return None
 
 
 def check_engine_compatibility(
@@ -156,13 +172,26 @@ def check_engine_compatibility(
     decode_path: str,
     issues: list[ConfigIssue],
 ) -> None:
-    for key in COMPATIBILITY_KEYS:
-        p_value, d_value = engine_option(prefill, key), engine_option(decode, key)
+    """What P and D must share so one's KV blocks are usable by the other and requests name one model.
+
+    Lengths, batch sizes, memory and parallel sizes may differ (pyMotor tracks P and D max lengths apart).
+    """
+    checks = (
+        ("model", model_identity, "the same model"),
+        ("served_model_name", lambda config: engine_option(config, "served_model_name"), "one model name"),
+        ("block_size", lambda config: engine_option(config, "block_size"), "the same KV block size"),
+        ("kv_cache_dtype", kv_cache_dtype, "the same KV cache dtype (kv_cache_dtype, else dtype)"),
+    )
+    for key, read, needs in checks:
+        p_value, d_value = read(prefill), read(decode)
         if p_value is not None and d_value is not None and p_value != d_value:
+            if key == "kv_cache_dtype" and engine_option(decode, key) in (None, "auto"):
+                key = "dtype"
             issues.append(
                 ConfigIssue(
                     f"{decode_path}.engine_config.{key}",
-                    f"{d_value!r} differs from the prefill side's {p_value!r} ({prefill_path}.engine_config.{key}); "
-                    "KV from one engine is only usable by an engine with the same model and cache layout",
+                    f"{d_value!r} differs from the prefill side's {p_value!r} ({prefill_path}.engine_config); "
+                    f"P and D need {needs}: KV from one engine is only usable by an engine with the same model "
+                    "and cache layout",
                 )
             )

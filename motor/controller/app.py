@@ -1,4 +1,4 @@
-"""The controller's HTTP API (aiohttp): register, heartbeat, terminate, instance listing and probes."""
+"""The controller's HTTP API (aiohttp): register, heartbeat, terminate, instance listing, probes and metrics."""
 
 import hmac
 import logging
@@ -6,8 +6,10 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, ValidationError
 
+from motor.controller.metrics import controller_registry
 from motor.controller.service import Controller, UnknownInstance
 from motor.protocol.controller import (
     UNKNOWN_INSTANCE,
@@ -22,6 +24,11 @@ log = logging.getLogger(__name__)
 
 CONTROLLER_KEY = web.AppKey("controller", Controller)
 HEALTH_KEY = web.AppKey("health", Callable[[], bool])
+METRICS_KEY = web.AppKey("metrics", CollectorRegistry)
+
+# How long a `stopped` heartbeat waits for the coordinators' acknowledgement: less than the node manager waits
+# for its answer (2 s), so that it still hears back.
+STOPPED_ROUTING_WAIT_S = 1.5
 
 M = TypeVar("M", bound=BaseModel)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -93,10 +100,16 @@ async def register(request: web.Request) -> web.Response:
 
 async def heartbeat(request: web.Request) -> web.Response:
     beat = await parse(request, Heartbeat)
+    controller = request.app[CONTROLLER_KEY]
     try:
-        return json_model(request.app[CONTROLLER_KEY].heartbeat(beat))
+        ack = controller.heartbeat(beat)
     except UnknownInstance:
         return unknown(beat.instance_id)
+    # The node manager stops its engine once a `stopped` heartbeat is answered: let the coordinators stop
+    # routing to it first, so that no new request reaches an engine that is shutting down.
+    if beat.engine_state == "stopped" and not await controller.pusher.settled(STOPPED_ROUTING_WAIT_S):
+        log.warning("%s stops before every coordinator acknowledged its removal", beat.instance_id)
+    return json_model(ack)
 
 
 async def terminate_instance(request: web.Request) -> web.Response:
@@ -109,6 +122,12 @@ async def terminate_instance(request: web.Request) -> web.Response:
 
 async def instances(request: web.Request) -> web.Response:
     return json_model(request.app[CONTROLLER_KEY].state())
+
+
+async def metrics(request: web.Request) -> web.Response:
+    return web.Response(
+        body=generate_latest(request.app[METRICS_KEY]), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
 
 
 def probe(name: str) -> Handler:
@@ -125,10 +144,12 @@ def build_app(controller: Controller, healthy: Callable[[], bool]) -> web.Applic
     app = web.Application(middlewares=[require_token])
     app[CONTROLLER_KEY] = controller
     app[HEALTH_KEY] = healthy
+    app[METRICS_KEY] = controller_registry(controller.state)
     app.router.add_post("/controller/register", register)
     app.router.add_post("/controller/heartbeat", heartbeat)
     app.router.add_post("/controller/terminate_instance", terminate_instance)
     app.router.add_get("/controller/instances", instances)
+    app.router.add_get("/metrics", metrics)
     for name in ("startup", "readiness", "liveness"):
         app.router.add_get(f"/{name}", probe(name))
     return app

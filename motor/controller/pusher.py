@@ -17,15 +17,17 @@ import aiohttp
 from pydantic import ValidationError
 
 from motor.controller.registry import Change
-from motor.controller.settings import TOKEN_VAR
+from motor.protocol import env as env_names
 from motor.protocol.controller import CoordinatorLinkView, bearer
 from motor.protocol.instances import Instance, InstanceEvent, RefreshResult
+from motor.runtime.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
 PUSH_TIMEOUT_S = 2.0
-RETRY_FIRST_S = 0.2
-RETRY_MAX_S = 2.0
+SETTLED_POLL_S = 0.01
+# A link retries until its push is acknowledged: it never gives up.
+PUSH_RETRY = Backoff(initial_s=0.2, factor=2.0, cap_s=2.0)
 
 
 def event_for(change: Change) -> InstanceEvent | None:
@@ -64,17 +66,22 @@ class CoordinatorLink:
         self._needs_set = True
         self._wake.set()
 
+    @property
+    def pending(self) -> bool:
+        """Events (or a `set`) not yet acknowledged by the coordinator."""
+        return self._needs_set or bool(self._events)
+
     def view(self) -> CoordinatorLinkView:
         return CoordinatorLinkView(
             url=self.url,
             acknowledged_events=self._acknowledged,
-            pending=self._needs_set or bool(self._events),
+            pending=self.pending,
             last_error=self._last_error,
             version=self._version,
         )
 
     async def run(self) -> None:
-        delay = RETRY_FIRST_S
+        failures = 0
         while True:
             if not self._needs_set and not self._events:
                 self._wake.clear()
@@ -89,11 +96,11 @@ class CoordinatorLink:
                     self._needs_set = False
                 else:
                     self._events.popleft()
-                delay = RETRY_FIRST_S
+                failures = 0
             else:
                 self._needs_set = True
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
+                await asyncio.sleep(PUSH_RETRY.delay(failures))
+                failures += 1
 
     async def _push(self, event: InstanceEvent) -> bool:
         try:
@@ -132,7 +139,7 @@ class EventPusher:
         token: str | None = None,
     ) -> None:
         """`token`: the shared controller token (default: MOTOR_CONTROLLER_TOKEN from the environment)."""
-        token = token if token is not None else os.environ.get(TOKEN_VAR, "")
+        token = token if token is not None else os.environ.get(env_names.CONTROLLER_TOKEN, "")
         headers = bearer(token) if token else {}
         self.links = [CoordinatorLink(url, snapshot, session, headers) for url in urls]
 
@@ -147,6 +154,17 @@ class EventPusher:
     def reconcile(self) -> None:
         for link in self.links:
             link.reconcile()
+
+    async def settled(self, timeout_s: float) -> bool:
+        """Wait until every coordinator acknowledged what was published so far: True, or False after
+        `timeout_s` (a coordinator that does not answer)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while any(link.pending for link in self.links):
+                    await asyncio.sleep(SETTLED_POLL_S)
+        except TimeoutError:
+            return False
+        return True
 
     async def run(self, interval: float) -> None:
         """Run every link, asking each for a full `set` right away and then every `interval` seconds."""

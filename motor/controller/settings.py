@@ -1,15 +1,10 @@
-"""What the controller needs from the config files and the environment."""
+"""What the controller needs: its compiled spec, with the token read from the environment."""
 
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from motor.config import Topology
-from motor.config.models import EtcdConfig
-
-TOKEN_VAR = "MOTOR_CONTROLLER_TOKEN"
-COORDINATORS_VAR = "MOTOR_COORDINATOR_MGMT_URL"
-ADVERTISE_HOST_VAR = "MOTOR_ADVERTISE_HOST"
+from motor.protocol.specs import ControllerSpec, EtcdSpec, TlsFiles
 
 
 class SettingsError(ValueError):
@@ -27,33 +22,43 @@ class ControllerSettings:
     expired_timeout: float
     check_interval: float
     reconcile_interval: float
-    etcd: EtcdConfig | None
+    etcd: EtcdSpec | None
     log_level: str
+    mgmt_tls: TlsFiles | None = None
+    etcd_username: str = ""
+    etcd_password: str = ""
 
 
-def controller_settings(topology: Topology, environ: Mapping[str, str] = os.environ) -> ControllerSettings:
-    user = topology.user
-    config = user.motor_controller_config
-    token = environ.get(TOKEN_VAR, "")
+def controller_settings(spec: ControllerSpec, environ: Mapping[str, str] = os.environ) -> ControllerSettings:
+    token = spec.token.resolve(environ)
     if not token:
         raise SettingsError(
-            f"{TOKEN_VAR} is not set: node managers authenticate with this shared token; set the same value "
+            f"{spec.token.env} is not set: node managers authenticate with this shared token; set the same value "
             "for the controller and every node manager (`motor deploy` generates one per run)"
         )
-    coordinator = user.motor_coordinator_config.api_config
-    default_url = f"http://{coordinator.coordinator_api_host}:{coordinator.coordinator_api_mgmt_port}"
-    urls = [u.strip() for u in environ.get(COORDINATORS_VAR, default_url).split(",") if u.strip()]
-    instance = config.instance_config
     return ControllerSettings(
-        job_id=user.motor_deploy_config.job_id,
-        host=environ.get(ADVERTISE_HOST_VAR) or config.api_config.controller_api_host,
-        port=config.api_config.controller_api_port,
+        job_id=spec.job_id,
+        host=spec.bind_host,
+        port=spec.port,
         token=token,
-        coordinator_urls=urls,
-        heartbeat_timeout=instance.instance_heartbeat_timeout,
-        expired_timeout=instance.instance_expired_timeout,
-        check_interval=instance.instance_manager_check_interval,
-        reconcile_interval=config.event_config.coordinator_heartbeat_interval,
-        etcd=config.etcd_config if config.etcd_config.enable_etcd_persistence else None,
-        log_level=config.logging_config.log_level,
+        coordinator_urls=list(spec.coordinator_urls),
+        heartbeat_timeout=spec.heartbeat_timeout,
+        expired_timeout=spec.expired_timeout,
+        check_interval=spec.check_interval,
+        reconcile_interval=spec.reconcile_interval,
+        etcd=spec.etcd,
+        log_level=spec.log_level,
+        mgmt_tls=spec.mgmt_tls,
+        **_etcd_credentials(spec.etcd, environ),
     )
+
+
+def _etcd_credentials(etcd: EtcdSpec | None, environ: Mapping[str, str]) -> dict[str, str]:
+    if etcd is None:
+        return {}
+    username, password = etcd.username.resolve(environ), etcd.password.resolve(environ)
+    if username and not password:
+        raise SettingsError(
+            f"{etcd.username.env} is set but {etcd.password.env} is not: etcd authentication needs both"
+        )
+    return {"etcd_username": username, "etcd_password": password}

@@ -1,4 +1,4 @@
-"""The OpenAI-compatible API (raw ASGI): /v1/chat/completions, /v1/completions, /v1/models."""
+"""The OpenAI-compatible API (raw ASGI): /v1/chat/completions, /v1/completions, /v1/models, /health, /version."""
 
 import asyncio
 import logging
@@ -22,6 +22,7 @@ from motor.coordinator.dispatch.failures import ABORTS, EngineRejected, LegFailu
 from motor.coordinator.dispatch.request import Dispatch, new_request_id
 from motor.coordinator.dispatch.retry import open_with_retries
 from motor.coordinator.errors import HttpError
+from motor.coordinator.health import health, version
 from motor.coordinator.relay import relay_full, relay_stream
 from motor.coordinator.requests import Api, parse_request
 from motor.coordinator.sse import error_events
@@ -50,6 +51,8 @@ class InferenceApp:
             await self._completion(api, scope, receive, send)
         elif path == "/v1/models":
             await self._models(scope, send)
+        elif path in ("/health", "/version"):
+            await self._about(path, scope, send)
         else:
             await send_error(send, not_found(path))
 
@@ -63,11 +66,27 @@ class InferenceApp:
             await send_error(send, error)
             return
         data = [
-            {"id": m, "object": "model", "created": self.created, "owned_by": "motor"}
+            {"id": m, "object": "model", "created": self.created, "owned_by": core.settings.owned_by}
             for m in sorted(core.models())
         ]
         await send_json(send, 200, {"object": "list", "data": data})
         core.metrics.request_done("models", 200)
+
+    async def _about(self, path: str, scope: Scope, send: Send) -> None:
+        """Health and version: no API key (load balancers probe without one), not counted as requests."""
+        if scope["method"] != "GET":
+            await send_error(send, method_not_allowed(scope["method"], path))
+            return
+        core = self.core
+        if path == "/version":
+            await send_json(send, 200, version(core.settings.engine_types))
+            return
+        try:
+            body = health(core.profile, core.registry)
+        except HttpError as error:
+            await send_error(send, error)
+            return
+        await send_json(send, 200, body)
 
     async def _completion(self, api: Api, scope: Scope, receive: Receive, send: Send) -> None:
         core = self.core

@@ -7,7 +7,7 @@ the very instances that would make it ready. 503 means only that the coordinator
 
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -37,7 +37,7 @@ class Control(Protocol):
 
     registry: InstanceRegistry
     profile: str
-    required_roles: list[str]
+    required_roles: Sequence[str]
 
     def started(self) -> bool: ...
 

@@ -60,6 +60,7 @@ class ApiKeyVerifier:
             else:
                 self._plain.append(key.encode())
         self._verdicts: dict[bytes, bool] = {}
+        self.slow_verifications = 0  # PBKDF2 verifications run (cache misses); lets tests observe the cache
         scheme = config.key_prefix.strip() or "ApiKey"
         self._challenge = [(b"www-authenticate", f'{scheme} realm="motor"'.encode())]
 
@@ -92,6 +93,7 @@ class ApiKeyVerifier:
         fingerprint = hashlib.sha256(key).digest()
         verdict = self._verdicts.get(fingerprint)
         if verdict is None:
+            self.slow_verifications += 1
             verdict = await asyncio.to_thread(lambda: any(h.matches(key) for h in self._hashed))
             if len(self._verdicts) >= CACHE_LIMIT:
                 self._verdicts.pop(next(iter(self._verdicts)))

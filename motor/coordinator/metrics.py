@@ -160,3 +160,20 @@ class InstanceCollector(Collector):
         for (role, state), count in sorted(self._role_states()):
             family.add_metric([role, state], count)
         yield family
+
+
+class InfoCollector(Collector):
+    """`motor_coordinator_info{profile,version}` = 1: join on it to break series down by dispatch profile, e.g.
+    `rate(motor_coordinator_requests_total[1m]) * on (job, instance) group_left (profile) motor_coordinator_info`."""
+
+    def __init__(self, profile: str, version: str) -> None:
+        self._labels = [profile, version]
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "motor_coordinator_info",
+            "The coordinator's dispatch profile and motor version",
+            labels=["profile", "version"],
+        )
+        family.add_metric(self._labels, 1)
+        yield family

@@ -7,11 +7,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from motor import __version__
 from motor.coordinator.app_callback import CallbackApp
 from motor.coordinator.app_infer import InferenceApp
 from motor.coordinator.app_mgmt import ManagementApp
 from motor.coordinator.core import Core
-from motor.coordinator.metrics import CoordinatorMetrics, InstanceCollector
+from motor.coordinator.metrics import CoordinatorMetrics, InfoCollector, InstanceCollector
 from motor.coordinator.registry import InstanceRegistry
 from motor.coordinator.server import EmbeddedServer, listen_socket, make_server, serve, servers_started
 from motor.coordinator.settings import CoordinatorSettings
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 class LocalControl:
     """Management of a single-process coordinator: events go straight to the process's registry."""
 
-    def __init__(self, core: Core, required_roles: list[str], prometheus: CollectorRegistry) -> None:
+    def __init__(self, core: Core, required_roles: tuple[str, ...], prometheus: CollectorRegistry) -> None:
         self.core = core
         self.registry: InstanceRegistry = core.registry
         self.profile = core.profile.value
@@ -48,14 +49,13 @@ class LocalControl:
         return generate_latest(self._prometheus)
 
 
-async def run_single_process(
-    settings: CoordinatorSettings, required_roles: list[str], stop: asyncio.Event
-) -> None:
+async def run_single_process(settings: CoordinatorSettings, stop: asyncio.Event) -> None:
     config = settings.config
     prometheus = CollectorRegistry()
     core = Core(settings, CoordinatorMetrics(prometheus))
     prometheus.register(InstanceCollector(lambda: core.registry.role_states().items()))
-    control = LocalControl(core, required_roles, prometheus)
+    prometheus.register(InfoCollector(settings.profile.value, __version__))
+    control = LocalControl(core, settings.required_roles, prometheus)
     infer_socket = listen_socket(settings.bind_host, settings.infer_port)
     mgmt_socket = listen_socket(settings.bind_host, settings.mgmt_port)
     callback_socket = listen_socket(settings.bind_host, 0)
@@ -64,7 +64,12 @@ async def run_single_process(
     keep_alive = config.timeout_config.keep_alive_timeout
     level = config.logging_config.log_level
     control.servers = [
-        (make_server(InferenceApp(core), keep_alive_timeout=keep_alive, log_level=level), infer_socket),
+        (
+            make_server(
+                InferenceApp(core), keep_alive_timeout=keep_alive, log_level=level, tls=settings.infer_tls
+            ),
+            infer_socket,
+        ),
         (
             make_server(
                 ManagementApp(
@@ -75,6 +80,7 @@ async def run_single_process(
                 ),
                 keep_alive_timeout=keep_alive,
                 log_level=level,
+                tls=settings.mgmt_tls,
             ),
             mgmt_socket,
         ),

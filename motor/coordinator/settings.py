@@ -1,59 +1,60 @@
-"""What the coordinator needs from the topology and the environment, resolved once at start."""
+"""What the coordinator needs: its compiled spec, with the controller token and the API keys read from the
+environment (the spec names the variables)."""
 
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
-from motor.config import Topology
 from motor.config.models import CoordinatorConfig
 from motor.kv.connectors import DispatchProfile
-
-ADVERTISE_HOST_VAR = "MOTOR_ADVERTISE_HOST"
-RUN_DIR_VAR = "MOTOR_RUN_DIR"
-CONTROLLER_TOKEN_VAR = "MOTOR_CONTROLLER_TOKEN"
-ALL_INTERFACES = "0.0.0.0"
+from motor.protocol.engine import engine_owned_by
+from motor.protocol.instances import InstanceRole
+from motor.protocol.specs import CoordinatorSpec, TlsFiles
 
 
 @dataclass(frozen=True)
 class CoordinatorSettings:
     config: CoordinatorConfig
     profile: DispatchProfile
+    required_roles: tuple[InstanceRole, ...]
     advertise_host: str
     bind_host: str
     infer_port: int
     mgmt_port: int
     served_models: tuple[str, ...]
+    engine_types: tuple[str, ...]  # of the configured roles, for /v1/models and GET /version
+    owned_by: str  # `owned_by` in /v1/models: the configured engine types (the simulator says it is one)
     run_dir: str | None
+    spec_path: Path | None  # where workers of a multi-worker coordinator read the same spec
     controller_token: str | None  # when set, POST /instances/refresh requires it as a bearer token
+    infer_tls: TlsFiles | None = None
+    mgmt_tls: TlsFiles | None = None
 
     @classmethod
-    def from_topology(
-        cls, topology: Topology, environ: Mapping[str, str] = os.environ
+    def from_spec(
+        cls, spec: CoordinatorSpec, spec_path: Path | None = None, environ: Mapping[str, str] = os.environ
     ) -> "CoordinatorSettings":
-        config = topology.user.motor_coordinator_config
-        api = config.api_config
-        advertise = environ.get(ADVERTISE_HOST_VAR) or api.coordinator_api_host
-        # Locally every component shares the loopback; in a pod the Service and probes reach the pod IP, and
-        # `kubectl port-forward` reaches loopback, so listen everywhere there.
-        local = topology.user.motor_deploy_config.deploy_mode == "local"
+        config = spec.config
+        if spec.api_keys is not None:
+            keys = [line.strip() for line in spec.api_keys.resolve(environ).splitlines() if line.strip()]
+            config = config.model_copy(
+                update={"api_key_config": config.api_key_config.model_copy(update={"valid_keys": keys})}
+            )
         return cls(
             config=config,
-            profile=topology.profile.profile,
-            advertise_host=advertise,
-            bind_host=advertise if local else ALL_INTERFACES,
-            infer_port=api.coordinator_api_infer_port,
-            mgmt_port=api.coordinator_api_mgmt_port,
-            served_models=served_model_names(topology),
-            run_dir=environ.get(RUN_DIR_VAR) or None,
-            controller_token=environ.get(CONTROLLER_TOKEN_VAR) or None,
+            profile=spec.profile,
+            required_roles=tuple(spec.required_roles),
+            advertise_host=spec.advertise_host,
+            bind_host=spec.bind_host,
+            infer_port=spec.infer_port,
+            mgmt_port=spec.mgmt_port,
+            served_models=tuple(spec.served_models),
+            engine_types=tuple(spec.engine_types),
+            owned_by=", ".join(dict.fromkeys(engine_owned_by(t) for t in spec.engine_types)),
+            run_dir=spec.run_dir,
+            spec_path=spec_path,
+            controller_token=spec.controller_token.resolve(environ) or None,
+            infer_tls=spec.infer_tls,
+            mgmt_tls=spec.mgmt_tls,
         )
-
-
-def served_model_names(topology: Topology) -> tuple[str, ...]:
-    """Names clients may ask for: each role's `served_model_name` (str or list), else its `model`."""
-    names: list[str] = []
-    for spec in topology.roles.values():
-        served = spec.engine_config.get("served_model_name") or spec.engine_config.get("model")
-        values = served if isinstance(served, list) else [served]
-        names.extend(str(value) for value in values if value)
-    return tuple(dict.fromkeys(names))

@@ -14,27 +14,30 @@ import contextlib
 import logging
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 
+from motor import __version__
 from motor.coordinator.app_mgmt import ManagementApp
-from motor.coordinator.control_channel import open_channel, read_message, write_message
 from motor.coordinator.limits import SharedState
-from motor.coordinator.metrics import InstanceCollector
+from motor.coordinator.metrics import InfoCollector, InstanceCollector
 from motor.coordinator.registry import InstanceRegistry
-from motor.coordinator.server import listen_socket, make_server, serve
+from motor.coordinator.server import GRACEFUL_SHUTDOWN_SECONDS, listen_socket, make_server, serve
 from motor.coordinator.settings import CoordinatorSettings
 from motor.protocol.instances import InstanceEvent, RefreshResult
+from motor.protocol.workers import TO_SUPERVISOR, InstanceSet, InstanceSetAck, ToSupervisor, WorkerReady
+from motor.runtime.backoff import Backoff
+from motor.runtime.channel import Channel, open_channel
+from motor.runtime.processes import Child, grace_around, spawn, stop_all
+from motor.runtime.supervision import Health, RestartPolicy, SupervisedChild
+from motor.runtime.tls import server_context
 
 log = logging.getLogger(__name__)
 
@@ -42,43 +45,53 @@ ACK_TIMEOUT_S = 1.0
 MONITOR_INTERVAL_S = 0.5
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
-STOP_GRACE_S = 8.0
+# A worker drains its connections for GRACEFUL_SHUTDOWN_SECONDS, then closes its engine sessions.
+STOP_GRACE_S = grace_around(GRACEFUL_SHUTDOWN_SECONDS)
+WORKER_RESTARTS = RestartPolicy(
+    backoff=Backoff(initial_s=0.0),  # at once: the port and the instance set are ready for it
+    stop_grace_s=STOP_GRACE_S,
+    max_restarts=MAX_RESTARTS,
+    window_s=RESTART_WINDOW_S,
+    poll_s=MONITOR_INTERVAL_S,
+)
 PROMETHEUS_DIR_VAR = "PROMETHEUS_MULTIPROC_DIR"
 
 
 @dataclass(eq=False)
 class WorkerHandle:
     index: int
-    process: subprocess.Popen[bytes] | None = None
-    writer: asyncio.StreamWriter | None = None
+    supervised: SupervisedChild = field(init=False)
+    channel: Channel[ToSupervisor] | None = None
     reader_task: asyncio.Task[None] | None = None
     ready: bool = False
     acked: int = -1
     callback_port: int | None = None
-    restarts: deque[float] = field(default_factory=deque)
-    given_up: bool = False
 
     @property
     def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return self.supervised.running
+
+    async def health(self) -> Health:
+        return "healthy" if self.ready else "starting"
+
+    def disconnect(self) -> None:
+        if self.reader_task is not None:
+            self.reader_task.cancel()
+        if self.channel is not None:
+            self.channel.close()
 
 
 class Supervisor:
     def __init__(
         self,
         settings: CoordinatorSettings,
-        required_roles: list[str],
-        user_config: Path,
-        env_config: Path,
         run_dir: Path,
     ) -> None:
         self.settings = settings
         self.profile = settings.profile.value
-        self.required_roles = required_roles
-        self.tracks_load = False
+        self.required_roles = settings.required_roles
         self.registry = InstanceRegistry()
-        self._user_config = user_config
-        self._env_config = env_config
+        self._spec_path = settings.spec_path
         self._prometheus_dir = run_dir / f"coordinator-{settings.mgmt_port}-metrics"
         shutil.rmtree(self._prometheus_dir, ignore_errors=True)
         self._prometheus_dir.mkdir(parents=True)
@@ -86,12 +99,21 @@ class Supervisor:
         rate = settings.config.rate_limit_config
         self.state = SharedState.create(self._state_path, initial_tokens=rate.max_requests)
         self.workers = [WorkerHandle(i) for i in range(settings.config.inference_workers_config.num_workers)]
+        for worker in self.workers:
+            worker.supervised = SupervisedChild(
+                f"inference worker {worker.index}",
+                lambda worker=worker: self._start_worker(worker),
+                WORKER_RESTARTS,
+                probe=worker.health,
+                on_exit=lambda child, worker=worker: self._worker_exited(worker, child),
+            )
         self._acked = asyncio.Event()
         self._mgmt_started = False
         self._started = False
         self._prometheus = CollectorRegistry()
         multiprocess.MultiProcessCollector(self._prometheus, path=str(self._prometheus_dir))
         self._prometheus.register(InstanceCollector(lambda: self.registry.role_states().items()))
+        self._prometheus.register(InfoCollector(self.profile, __version__))
 
     # ---- Control (management API) --------------------------------------------------------------------------
 
@@ -106,13 +128,13 @@ class Supervisor:
         workers = [
             {
                 "index": w.index,
-                "pid": w.process.pid if w.process is not None else None,
+                "pid": w.supervised.pid,
                 "ready": w.ready,
-                "restarts": len(w.restarts),
+                "restarts": w.supervised.restarts,
             }
             for w in self.workers
         ]
-        failed = [w.index for w in self.workers if w.given_up]
+        failed = [w.index for w in self.workers if w.supervised.state == "given_up"]
         if failed:
             message = f"inference worker(s) {failed} keep crashing and are no longer restarted; see the log"
             return False, {"message": message, "workers": workers}
@@ -147,115 +169,81 @@ class Supervisor:
                 self._send_instances(worker)
 
     def _send_instances(self, worker: WorkerHandle) -> None:
-        if worker.writer is None or worker.writer.is_closing():
+        if worker.channel is None or worker.channel.closing:
             return
-        instances = [instance.model_dump(mode="json") for instance in self.registry.snapshot()]
-        write_message(
-            worker.writer, {"type": "instances", "version": self.registry.version, "instances": instances}
-        )
+        worker.channel.send(InstanceSet(version=self.registry.version, instances=self.registry.snapshot()))
 
-    async def start_worker(self, worker: WorkerHandle) -> None:
+    async def start_workers(self) -> None:
+        """Start every worker (raising when one cannot be started), then supervise them."""
+        for worker in self.workers:
+            await worker.supervised.launch()
+            worker.supervised.start()
+
+    async def _start_worker(self, worker: WorkerHandle) -> Child:
         parent, child = socket.socketpair()
         env = {**os.environ, PROMETHEUS_DIR_VAR: str(self._prometheus_dir)}
-        worker.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "motor.coordinator.worker",
-                "--user-config",
-                str(self._user_config),
-                "--env-config",
-                str(self._env_config),
-                "--index",
-                str(worker.index),
-                "--control-fd",
-                str(child.fileno()),
-                "--state",
-                str(self._state_path),
-            ],
-            pass_fds=[child.fileno()],
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
-        child.close()
+        try:
+            process = spawn(
+                [
+                    sys.executable,
+                    "-m",
+                    "motor.coordinator.worker",
+                    "--spec",
+                    str(self._spec_path),
+                    "--index",
+                    str(worker.index),
+                    "--control-fd",
+                    str(child.fileno()),
+                    "--state",
+                    str(self._state_path),
+                ],
+                env=env,
+                own_group=False,  # stopped with the coordinator's group
+                pass_fds=[child.fileno()],
+            )
+        finally:
+            child.close()
         worker.ready = False
         worker.acked = -1
-        reader, worker.writer = await open_channel(parent)
-        worker.reader_task = asyncio.create_task(self._follow(worker, reader))
+        worker.channel = await open_channel(parent, TO_SUPERVISOR)
+        worker.reader_task = asyncio.create_task(self._follow(worker, worker.channel))
+        return process
 
-    async def _follow(self, worker: WorkerHandle, reader: asyncio.StreamReader) -> None:
+    async def _follow(self, worker: WorkerHandle, channel: Channel[ToSupervisor]) -> None:
         while True:
-            message = await read_message(reader)
+            message = await channel.receive()
             if message is None:
                 worker.ready = False
                 return
-            kind = message.get("type")
-            if kind == "ready":
-                worker.callback_port = message.get("callback_port")
+            if isinstance(message, WorkerReady):
+                worker.callback_port = message.callback_port
                 worker.ready = True
                 self._send_instances(worker)
-                log.info("inference worker %d ready (pid %d)", worker.index, worker.process.pid)  # type: ignore[union-attr]
-            elif kind == "ack":
-                worker.acked = int(message["version"])
+                log.info("inference worker %d ready (pid %s)", worker.index, worker.supervised.pid)
+            elif isinstance(message, InstanceSetAck):
+                worker.acked = message.version
                 self._acked.set()
 
-    async def monitor(self) -> None:
-        while True:
-            await asyncio.sleep(MONITOR_INTERVAL_S)
-            for worker in self.workers:
-                if worker.given_up or worker.process is None or worker.process.poll() is None:
-                    continue
-                await self._restart(worker)
-
-    async def _restart(self, worker: WorkerHandle) -> None:
-        assert worker.process is not None
-        code = worker.process.returncode
-        pid = worker.process.pid
-        multiprocess.mark_process_dead(pid, str(self._prometheus_dir))
+    def _worker_exited(self, worker: WorkerHandle, child: Child) -> None:
+        worker.ready = False
+        worker.disconnect()
+        multiprocess.mark_process_dead(child.pid, str(self._prometheus_dir))
         self.state.zero_slot(worker.index)
-        now = time.monotonic()
-        while worker.restarts and now - worker.restarts[0] > RESTART_WINDOW_S:
-            worker.restarts.popleft()
-        if len(worker.restarts) >= MAX_RESTARTS:
-            worker.given_up = True
-            log.error(
-                "inference worker %d exited with %s %d times within %g s; not restarting it",
-                worker.index,
-                code,
-                MAX_RESTARTS,
-                RESTART_WINDOW_S,
-            )
-            return
-        worker.restarts.append(now)
-        log.warning("inference worker %d (pid %d) exited with %s; restarting it", worker.index, pid, code)
-        await self.start_worker(worker)
 
     async def stop_workers(self) -> None:
+        """SIGTERM every worker at once, SIGKILL those still there after STOP_GRACE_S."""
         for worker in self.workers:
-            if worker.running:
-                worker.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
-        deadline = time.monotonic() + STOP_GRACE_S
+            await worker.supervised.halt()
+        children = [w.supervised.child for w in self.workers if w.supervised.child is not None]
+        await asyncio.to_thread(stop_all, children, STOP_GRACE_S)
         for worker in self.workers:
-            if worker.process is None:
-                continue
-            while worker.process.poll() is None and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            if worker.process.poll() is None:
-                worker.process.kill()
-                worker.process.wait()
-            if worker.reader_task is not None:
-                worker.reader_task.cancel()
-            if worker.writer is not None:
-                worker.writer.close()
+            worker.disconnect()
         self.state.close()
 
 
 async def run_supervisor(
     settings: CoordinatorSettings,
-    required_roles: list[str],
     stop: asyncio.Event,
-    user_config: Path,
-    env_config: Path,
 ) -> None:
     config = settings.config
     run_dir = (
@@ -266,17 +254,18 @@ async def run_supervisor(
     # restarts; only the workers' listening sockets receive connections.
     port_guard = listen_socket(settings.bind_host, settings.infer_port, reuse_port=True)
     mgmt_socket = listen_socket(settings.bind_host, settings.mgmt_port)
-    supervisor = Supervisor(settings, required_roles, user_config, env_config, run_dir)
-    for worker in supervisor.workers:
-        await supervisor.start_worker(worker)
-    monitor = asyncio.create_task(supervisor.monitor())
+    supervisor = Supervisor(settings, run_dir)
+    if settings.infer_tls is not None:
+        server_context(settings.infer_tls)  # a broken certificate stops the coordinator, not each worker
     mgmt = make_server(
         ManagementApp(
             supervisor, config.request_limit.max_body_bytes, refresh_token=settings.controller_token
         ),
         keep_alive_timeout=config.timeout_config.keep_alive_timeout,
         log_level=config.logging_config.log_level,
+        tls=settings.mgmt_tls,
     )
+    await supervisor.start_workers()
     mgmt_serving = asyncio.create_task(serve([(mgmt, mgmt_socket)], stop))
     while not mgmt.started and not mgmt_serving.done():
         await asyncio.sleep(0.01)
@@ -293,8 +282,5 @@ async def run_supervisor(
     try:
         await mgmt_serving
     finally:
-        monitor.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await monitor
         await supervisor.stop_workers()
         port_guard.close()

@@ -1,6 +1,6 @@
 """A small HTTP/1.1 client for engine legs: pooled keep-alive connections on asyncio protocols + httptools.
 
-Chosen over aiohttp and httpx by measured overhead (see the README's Coordinator section and
+Chosen over aiohttp and httpx by measured overhead (see docs/benchmarks.md, Coordinator overhead, and
 `benchmarks/coordinator_overhead.py --clients`). It also gives the coordinator exact control over what it
 needs: deadlines per wait, a read-silence limit, and `abort()` that closes a leg's connection at once, which is
 how a leg is cancelled at the engine.

@@ -1,6 +1,6 @@
 """One inference worker process of a multi-worker coordinator (started by `motor.coordinator.supervisor`).
 
-`python -m motor.coordinator.worker --user-config U --env-config E --index I --control-fd FD --state PATH`
+`python -m motor.coordinator.worker --spec FILE --index I --control-fd FD --state PATH`
 serves the OpenAI API on the shared inference port (SO_REUSEPORT) and decode callbacks on its own port, and
 takes its instance set from the supervisor over the control channel.
 """
@@ -17,30 +17,29 @@ from pathlib import Path
 import uvloop
 from prometheus_client import CollectorRegistry
 
-from motor.config import load_config
 from motor.coordinator.app_callback import CallbackApp
 from motor.coordinator.app_infer import InferenceApp
-from motor.coordinator.control_channel import open_channel, read_message, write_message
 from motor.coordinator.core import Core
 from motor.coordinator.limits import SharedState
 from motor.coordinator.metrics import CoordinatorMetrics
 from motor.coordinator.server import listen_socket, make_server, serve
 from motor.coordinator.settings import CoordinatorSettings
-from motor.protocol.instances import Instance, InstanceEvent
+from motor.protocol.instances import InstanceEvent
+from motor.protocol.specs import CoordinatorSpec, load_spec
+from motor.protocol.workers import TO_WORKER, InstanceSetAck, ToWorker, WorkerReady
+from motor.runtime.channel import Channel, open_channel
 
 log = logging.getLogger("motor.coordinator.worker")
 
 
-async def _follow_supervisor(core: Core, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _follow_supervisor(core: Core, channel: Channel[ToWorker]) -> None:
     while True:
-        message = await read_message(reader)
+        message = await channel.receive()
         if message is None:
             return
-        if message.get("type") == "instances":
-            instances = [Instance.model_validate(item) for item in message["instances"]]
-            core.registry.apply(InstanceEvent(event="set", instances=instances))
-            write_message(writer, {"type": "ack", "version": message["version"]})
-            await writer.drain()
+        core.registry.apply(InstanceEvent(event="set", instances=message.instances))
+        channel.send(InstanceSetAck(version=message.version))
+        await channel.drain()
 
 
 async def run_worker(settings: CoordinatorSettings, index: int, control_fd: int, state_path: Path) -> None:
@@ -55,20 +54,25 @@ async def run_worker(settings: CoordinatorSettings, index: int, control_fd: int,
     callback_socket = listen_socket(settings.bind_host, 0)
     callback_port = callback_socket.getsockname()[1]
     await core.start(f"http://{settings.advertise_host}:{callback_port}")
-    reader, writer = await open_channel(socket.socket(fileno=control_fd))
+    channel = await open_channel(socket.socket(fileno=control_fd), TO_WORKER)
     keep_alive = config.timeout_config.keep_alive_timeout
     level = config.logging_config.log_level
     servers = [
-        (make_server(InferenceApp(core), keep_alive_timeout=keep_alive, log_level=level), infer_socket),
+        (
+            make_server(
+                InferenceApp(core), keep_alive_timeout=keep_alive, log_level=level, tls=settings.infer_tls
+            ),
+            infer_socket,
+        ),
         (make_server(CallbackApp(core), keep_alive_timeout=keep_alive, log_level=level), callback_socket),
     ]
-    follower = asyncio.create_task(_follow_supervisor(core, reader, writer))
+    follower = asyncio.create_task(_follow_supervisor(core, channel))
     follower.add_done_callback(lambda _: stop.set())  # the supervisor is gone: stop too
     serving = asyncio.create_task(serve(servers, stop))
     while not all(server.started for server, _ in servers) and not serving.done():
         await asyncio.sleep(0.01)
-    write_message(writer, {"type": "ready", "callback_port": callback_port})
-    await writer.drain()
+    channel.send(WorkerReady(callback_port=callback_port))
+    await channel.drain()
     log.info(
         "worker %d serving on %s:%d (callbacks on port %d)",
         index,
@@ -83,19 +87,18 @@ async def run_worker(settings: CoordinatorSettings, index: int, control_fd: int,
         with contextlib.suppress(asyncio.CancelledError):
             await follower
         await core.stop()
-        writer.close()
+        channel.close()
         shared.close()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m motor.coordinator.worker", description=__doc__)
-    parser.add_argument("--user-config", required=True, type=Path)
-    parser.add_argument("--env-config", required=True, type=Path)
+    parser.add_argument("--spec", required=True, type=Path)
     parser.add_argument("--index", required=True, type=int)
     parser.add_argument("--control-fd", required=True, type=int)
     parser.add_argument("--state", required=True, type=Path)
     args = parser.parse_args(argv)
-    settings = CoordinatorSettings.from_topology(load_config(args.user_config, args.env_config))
+    settings = CoordinatorSettings.from_spec(load_spec(args.spec, CoordinatorSpec), args.spec)
     logging.basicConfig(
         level=settings.config.logging_config.log_level,
         format=f"%(asctime)s %(levelname)s %(name)s[worker {args.index}]: %(message)s",

@@ -5,7 +5,7 @@ Pure: turns configuration into argument lists and dictionaries; starting process
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, Strict
 
 from motor.kv.sizes import format_size, parse_size
 
@@ -17,20 +17,26 @@ ByteSize = Annotated[int, BeforeValidator(parse_size), PlainSerializer(format_si
 
 
 class KvCachePoolConfig(BaseModel):
-    """`kv_cache_pool_config` of user_config.json, with the seed document's defaults."""
+    """`kv_cache_pool_config` of user_config.json, with the seed document's defaults.
 
-    model_config = ConfigDict(extra="forbid")
+    Keys motor does not interpret are kept and copied into the engines' store config, as pyMotor copies the
+    whole section into its Mooncake config file.
+    """
+
+    model_config = ConfigDict(extra="allow")
 
     metadata_server: str = "P2PHANDSHAKE"
     protocol: str = "ascend"
     device_name: str = ""
     global_segment_size: ByteSize = Field(default=1 << 30, gt=0)
     local_buffer_size: ByteSize = Field(default=128 << 20, ge=0)
-    eviction_high_watermark_ratio: float = Field(default=0.9, gt=0, le=1)
-    eviction_ratio: float = Field(default=0.1, gt=0, le=1)
-    port: int = Field(default=DEFAULT_POOL_PORT, ge=1, le=65535)
-    metrics_port: int = Field(default=DEFAULT_METRICS_PORT, ge=1, le=65535)
-    default_kv_lease_ttl: int = Field(default=DEFAULT_LEASE_TTL_MS, gt=0, description="milliseconds")
+    eviction_high_watermark_ratio: Annotated[float, Strict()] = Field(default=0.9, gt=0, le=1)
+    eviction_ratio: Annotated[float, Strict()] = Field(default=0.1, gt=0, le=1)
+    port: Annotated[int, Strict()] = Field(default=DEFAULT_POOL_PORT, ge=1, le=65535)
+    metrics_port: Annotated[int, Strict()] = Field(default=DEFAULT_METRICS_PORT, ge=1, le=65535)
+    default_kv_lease_ttl: Annotated[int, Strict()] = Field(
+        default=DEFAULT_LEASE_TTL_MS, gt=0, description="milliseconds"
+    )
 
 
 def master_args(pool: KvCachePoolConfig, *, bind_host: str) -> list[str]:
@@ -49,6 +55,7 @@ def master_args(pool: KvCachePoolConfig, *, bind_host: str) -> list[str]:
 def engine_store_config(pool: KvCachePoolConfig, *, master_host: str) -> dict[str, Any]:
     """The JSON engines read through `MOONCAKE_CONFIG_PATH` (sizes in bytes, as the store's setup takes them)."""
     return {
+        **(pool.model_extra or {}),
         "master_server_address": f"{master_host}:{pool.port}",
         "metadata_server": pool.metadata_server,
         "protocol": pool.protocol,

@@ -7,7 +7,7 @@ to start takes it over, and the others' lookups reach a foreign worker or wait f
 scheduler. So instance k of the plan (order prefill, decode, union) gets the configured id + k, as pyMotor does.
 """
 
-import json
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +42,7 @@ def store_lookup_ids(transfer_config: dict[str, Any]) -> list[StoreLookupId]:
 
 def with_store_lookup_ids(transfer_config: dict[str, Any], ordinal: int) -> dict[str, Any]:
     """Copy of a kv_transfer_config whose store connectors use lookup id `configured + ordinal`."""
-    filled = json.loads(json.dumps(transfer_config))
+    filled = copy.deepcopy(transfer_config)
     for _, level in connector_levels(filled):
         key = lookup_id_key(str(level.get("kv_connector")))
         if key is None:

@@ -1,2 +1,2 @@
 """The node manager: registers its instance with the controller, runs and watches the engine, heartbeats.
-Run it with `python -m motor.node_manager --user-config U --env-config E --role R --index I`."""
+Run it with `python -m motor.node_manager --spec FILE`."""

@@ -1,17 +1,20 @@
-"""The node manager's HTTP API (aiohttp): status, stop (token required) and probes."""
+"""The node manager's HTTP API (aiohttp): status, stop (token required), probes and metrics."""
 
 import hmac
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import ValidationError
 
+from motor.node_manager.metrics import node_manager_registry
 from motor.node_manager.service import NodeManager
 from motor.protocol.controller import ErrorBody, ErrorDetail
 from motor.protocol.node_manager import StopRequest, StopResult
 
 NODE_MANAGER_KEY = web.AppKey("node_manager", NodeManager)
 STOP_KEY = web.AppKey("stop", Callable[[str], Awaitable[None]])
+METRICS_KEY = web.AppKey("metrics", CollectorRegistry)
 
 
 def error_response(status: int, message: str, kind: str, code: str | None = None) -> web.Response:
@@ -45,6 +48,12 @@ async def stop(request: web.Request) -> web.Response:
     )
 
 
+async def metrics(request: web.Request) -> web.Response:
+    return web.Response(
+        body=generate_latest(request.app[METRICS_KEY]), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
+
+
 def probe(
     name: str, healthy: Callable[[NodeManager], bool]
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
@@ -67,8 +76,10 @@ def build_app(
     app = web.Application()
     app[NODE_MANAGER_KEY] = node_manager
     app[STOP_KEY] = stop_engine
+    app[METRICS_KEY] = node_manager_registry(node_manager.status)
     app.router.add_get("/node-manager/status", status)
     app.router.add_post("/node-manager/stop", stop)
+    app.router.add_get("/metrics", metrics)
     app.router.add_get("/startup", probe("startup", lambda nm: True))
     app.router.add_get("/readiness", probe("readiness", lambda nm: nm.registered and alive()))
     app.router.add_get("/liveness", probe("liveness", lambda nm: alive()))

@@ -7,7 +7,6 @@ import logging
 import aiohttp
 
 from motor.node_manager.controller_client import ControllerClient, ControllerUnreachable, NotRegistered
-from motor.node_manager.engine_process import EngineProcess
 from motor.node_manager.settings import NodeSettings
 from motor.node_manager.supervisor import EngineSupervisor
 from motor.protocol.controller import EngineState, Heartbeat, Registration
@@ -24,7 +23,7 @@ class NodeManager:
         self.settings = settings
         self.client = ControllerClient(settings.controller_url, settings.token, session)
         self.supervisor = EngineSupervisor(
-            EngineProcess(settings.engine), settings.engine_status_url, session, self._engine_changed
+            settings.engine, settings.engine_status_url, session, self._engine_changed
         )
         self.registered = False
         self._beat_now = asyncio.Event()

@@ -3,8 +3,6 @@
 import errno
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -14,6 +12,8 @@ from typing import Any, Self
 from motor.kv.pool import KvCachePoolConfig, engine_store_config, master_args, metrics_url
 from motor.pool.metrics import MetricsUnavailable, fetch_metrics_text
 from motor.pool.net import accepts_connections, try_bind
+from motor.runtime.logs import LogFile, tail
+from motor.runtime.processes import Child, spawn
 
 BINARY_NAME = "mooncake_master"
 INSTALL_HINT = (
@@ -42,15 +42,6 @@ def find_master_binary() -> Path:
     raise MasterError(f"{BINARY_NAME} was found neither next to {sys.executable} nor on PATH; {INSTALL_HINT}")
 
 
-def log_tail(log_path: Path, lines: int = _LOG_TAIL_LINES) -> str:
-    try:
-        text = log_path.read_bytes()[-64_000:].decode(errors="replace")
-    except OSError as exc:
-        return f"(log {log_path} unreadable: {exc})"
-    tail = [line[:_LOG_LINE_LIMIT] for line in text.splitlines()[-lines:]]
-    return "\n".join(tail) if tail else "(log is empty)"
-
-
 class MooncakeMaster:
     """One `mooncake_master` child process serving the pool `pool` describes.
 
@@ -73,7 +64,7 @@ class MooncakeMaster:
         self._binary = binary
         self._startup_timeout_s = startup_timeout_s
         self._stop_grace_s = stop_grace_s
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: Child | None = None
 
     @property
     def pid(self) -> int | None:
@@ -81,7 +72,7 @@ class MooncakeMaster:
 
     @property
     def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        return self._process is not None and self._process.running
 
     @property
     def client_host(self) -> str:
@@ -107,18 +98,10 @@ class MooncakeMaster:
         self._check_ports()
         binary = self._binary or find_master_binary()
         command = [str(binary), *master_args(self.pool, bind_host=self.bind_host)]
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("wb") as log:
-            try:
-                self._process = subprocess.Popen(
-                    command,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                raise MasterError(f"cannot execute {binary}: {exc}; {INSTALL_HINT}") from exc
+        try:
+            self._process = spawn(command, log=LogFile(self.log_path, truncate=True))
+        except OSError as exc:
+            raise MasterError(f"cannot execute {binary}: {exc}; {INSTALL_HINT}") from exc
         try:
             self._wait_until_serving(self._process)
         except BaseException:
@@ -127,15 +110,8 @@ class MooncakeMaster:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after the grace period; waits for the process to be gone."""
-        process = self._process
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=self._stop_grace_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=self._stop_grace_s)
+        if self._process is not None:
+            self._process.stop(self._stop_grace_s)
 
     def __enter__(self) -> Self:
         self.start()
@@ -166,11 +142,11 @@ class MooncakeMaster:
                     "bind_host must be an address of this machine (127.0.0.1 in local mode)"
                 ) from exc
 
-    def _wait_until_serving(self, process: subprocess.Popen[bytes]) -> None:
+    def _wait_until_serving(self, process: Child) -> None:
         deadline = time.monotonic() + self._startup_timeout_s
         rpc_ready = metrics_ready = False
         while True:
-            returncode = process.poll()
+            returncode = process.exit_code()
             if returncode is not None:
                 raise self._startup_failure(f"exited with code {returncode} during startup")
             rpc_ready = rpc_ready or accepts_connections(self.client_host, self.pool.port, timeout_s=0.5)
@@ -180,7 +156,7 @@ class MooncakeMaster:
                     metrics_ready = True
                 except MetricsUnavailable:
                     pass
-            if rpc_ready and metrics_ready and process.poll() is None:
+            if rpc_ready and metrics_ready and process.running:
                 return
             if time.monotonic() >= deadline:
                 waiting_for = "RPC port" if not rpc_ready else "metrics endpoint"
@@ -190,10 +166,10 @@ class MooncakeMaster:
             time.sleep(_POLL_INTERVAL_S)
 
     def _startup_failure(self, what: str) -> MasterError:
-        tail = log_tail(self.log_path)
-        hint = f"; {INSTALL_HINT}" if "error while loading shared libraries" in tail else ""
+        last_lines = tail(self.log_path, _LOG_TAIL_LINES, line_limit=_LOG_LINE_LIMIT)
+        hint = f"; {INSTALL_HINT}" if "error while loading shared libraries" in last_lines else ""
         return MasterError(
             f"{BINARY_NAME} (pid {self.pid}, rpc {self.rpc_address}, metrics {self.metrics_url}) "
             f"{what}{hint}.\n"
-            f"Last lines of {self.log_path}:\n{tail}"
+            f"Last lines of {self.log_path}:\n{last_lines}"
         )

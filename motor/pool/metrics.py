@@ -56,7 +56,10 @@ class PoolSnapshot:
 
 
 def parse_prometheus_text(text: str) -> list[Sample]:
-    """Samples of a Prometheus text exposition; raise ValueError on a malformed sample line."""
+    """Samples of a Prometheus text exposition as written; raise ValueError on a malformed sample line.
+
+    Not prometheus_client's parser: it renames counters whose names lack `_total` (mooncake_master exports
+    `total_get_nums_`, `master_evicted_key_count`, ... as counters), which would hide the master's own names."""
     samples = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()

@@ -20,8 +20,10 @@ from mooncake.store import MooncakeDistributedStore
 
 from motor.kv.sizes import parse_size
 from motor.pool.net import accepts_connections, split_host_port
+from motor.protocol import env as env_names
+from motor.runtime.backoff import Backoff
 
-CONFIG_PATH_ENV = "MOONCAKE_CONFIG_PATH"
+CONFIG_PATH_ENV = env_names.STORE_CONFIG_PATH
 
 NO_AVAILABLE_HANDLE = -200
 INVALID_PARAMS = -600
@@ -57,17 +59,8 @@ class StoreConfigError(StoreError, ValueError):
     """The store config (dict or `MOONCAKE_CONFIG_PATH` JSON) is incomplete or malformed."""
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Bounded exponential backoff for puts refused with -200 (NO_AVAILABLE_HANDLE) until eviction frees space."""
-
-    attempts: int = 20
-    first_delay_s: float = 0.005
-    max_delay_s: float = 0.1
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1 or self.first_delay_s < 0 or self.max_delay_s < self.first_delay_s:
-            raise ValueError(f"{self!r}: need attempts >= 1 and 0 <= first_delay_s <= max_delay_s")
+# Writes refused with -200 (NO_AVAILABLE_HANDLE) are retried until eviction frees space, this many times at most.
+FULL_POOL_RETRY = Backoff(initial_s=0.005, factor=2.0, cap_s=0.1, max_attempts=20)
 
 
 @dataclass(frozen=True)
@@ -157,7 +150,7 @@ class _ClosedStore:
 class StoreClient:
     """A connected Mooncake store client; build it with `StoreClient.connect(...)`."""
 
-    def __init__(self, store: MooncakeDistributedStore, settings: _Settings, retry: RetryPolicy) -> None:
+    def __init__(self, store: MooncakeDistributedStore, settings: _Settings, retry: Backoff) -> None:
         self._settings = settings
         self._retry = retry
         self._closed = False
@@ -185,7 +178,7 @@ class StoreClient:
         store_config: Mapping[str, Any],
         *,
         local_hostname: str = "127.0.0.1",
-        retry: RetryPolicy = RetryPolicy(),
+        retry: Backoff = FULL_POOL_RETRY,
         connect_timeout_s: float = 2.0,
     ) -> "StoreClient":
         """Set up a client against the master the config names, contributing `global_segment_size` bytes.
@@ -227,7 +220,7 @@ class StoreClient:
         store: MooncakeDistributedStore,
         store_config: Mapping[str, Any],
         *,
-        retry: RetryPolicy = RetryPolicy(),
+        retry: Backoff = FULL_POOL_RETRY,
     ) -> "StoreClient":
         """Wrap a native store already set up with `store_config` (e.g. by an engine's connector in this
         process); the client takes it over and closes it on close()."""
@@ -420,24 +413,25 @@ class StoreClient:
     def _retry_while_full(
         self, code: int, attempt: Callable[[], int], what: str, sizes: Sequence[int]
     ) -> None:
-        delay = self._retry.first_delay_s
+        """The loop stays here, not in a retry library: the first attempt is the caller's hot path."""
         started = time.monotonic()
-        for _ in range(self._retry.attempts - 1):
-            if code != NO_AVAILABLE_HANDLE:
-                break
+        attempts = 1
+        while code == NO_AVAILABLE_HANDLE:
+            delay = self._retry.next_delay(attempts, time.monotonic() - started)
+            if delay is None:
+                raise StoreError(
+                    f"{what}: the pool had no space (NO_AVAILABLE_HANDLE, -200) through {attempts} attempts "
+                    f"over {time.monotonic() - started:.2f} s; objects read within default_kv_lease_ttl "
+                    "cannot be evicted, so raise global_segment_size, lower eviction_high_watermark_ratio or "
+                    "write less (a client with global_segment_size 0 needs another client's segment to write "
+                    "into)",
+                    code,
+                )
             time.sleep(delay)
-            delay = min(delay * 2, self._retry.max_delay_s)
             code = attempt()
-            if code == 0:
-                return
-        if code == NO_AVAILABLE_HANDLE:
-            raise StoreError(
-                f"{what}: the pool had no space (NO_AVAILABLE_HANDLE, -200) through {self._retry.attempts} "
-                f"attempts over {time.monotonic() - started:.2f} s; objects read within default_kv_lease_ttl "
-                "cannot be evicted, so raise global_segment_size, lower eviction_high_watermark_ratio or "
-                "write less (a client with global_segment_size 0 needs another client's segment to write into)",
-                code,
-            )
+            attempts += 1
+        if code == 0:
+            return
         if code == INVALID_PARAMS:
             if min(sizes) == 0:
                 raise StoreError(f"{what}: Mooncake cannot store empty values", code)

@@ -1,4 +1,4 @@
-"""Engine server → node manager: `GET /status` on the engine's status port."""
+"""Engine server → node manager: `GET /status` on the engine's status port; what `/v1/models` says serves a model."""
 
 from typing import Literal
 
@@ -13,3 +13,12 @@ class EngineStatus(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     status: EngineHealth
+
+
+SIM_OWNED_BY = "motor-sim (simulator, not inference)"
+
+
+def engine_owned_by(engine_type: str) -> str:
+    """The `owned_by` of a model served by `engine_type` in `/v1/models`: the engine, and for the simulator
+    that it is one."""
+    return SIM_OWNED_BY if engine_type == "sim" else engine_type

@@ -83,6 +83,7 @@ async def test_api_keys(coordinators: StartCoordinator, union: SimEngine) -> Non
         assert_openai_error(await http.get("/v1/models"), 401)
         models = await http.get("/v1/models", headers={"Authorization": "Bearer plain-key"})
         assert [m["id"] for m in models.json()["data"]] == ["sim-model"]
+        assert models.json()["data"][0]["owned_by"] == "motor-sim (simulator, not inference)"
     # probes, metrics and refresh (used by `register` above) need no key
     for path in ("/startup", "/readiness", "/liveness", "/metrics"):
         assert coordinator.mgmt_get(path)[0] == 200

@@ -1,9 +1,15 @@
 """Failure semantics with faulty sim engines: no hang, no orphan leg (each engine's running/waiting requests
 return to 0), no lost request before the first token (retried on another instance), an explicit SSE error
-after it, and the other leg closed at once when one fails or the client leaves."""
+after it, and the other leg closed at once when one fails or the client leaves.
+
+Every test first shows that its fault acted (the engines' `motor_sim_faults_fired_total{fault}` and KV failure
+counters, a killed process really gone), then checks the outcome: a fault that silently did nothing fails."""
 
 import asyncio
-from collections.abc import Iterator
+import signal
+import socket
+import subprocess
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +47,7 @@ NO_FAULTS = {
     "kv_corrupt": False,
     "health_down": False,
 }
+ABORTED = 'vllm:request_success_total{finished_reason="abort"}'
 FAST_FAILURE = {
     "exception_config": {"max_retry": 3, "retry_delay": 0.05, "first_token_timeout": 3, "infer_timeout": 30},
     "timeout_config": {"request_timeout": 1.5, "read_timeout": 1.5, "connection_timeout": 1},
@@ -59,6 +66,29 @@ def body(stream: bool = False, max_tokens: int = 8, **extra: Any) -> dict[str, A
         "stream": stream,
     }
     return payload | extra
+
+
+def fired(engines: Iterable[SimEngine], fault: str) -> float:
+    """How often `fault` acted on these engines so far (their motor_sim_faults_fired_total)."""
+    return sum(engine_metric(e, f'motor_sim_faults_fired_total{{fault="{fault}"}}') for e in engines)
+
+
+def summed(engines: Iterable[SimEngine], name: str) -> float:
+    return sum(engine_metric(e, name) for e in engines)
+
+
+def assert_killed(engine: SimEngine) -> None:
+    """The engine process is gone, by our SIGKILL, and nothing answers on its port any more."""
+    try:
+        code = engine.wait_exit(timeout_s=10)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"engine {engine.engine_id} (pid {engine.pid}) still runs: the kill hit another process")
+    assert code == -signal.SIGKILL, f"engine {engine.engine_id} exited with {code}, not by our SIGKILL"
+    with (
+        pytest.raises(ConnectionRefusedError),
+        socket.create_connection((engine.host, engine.port), timeout=2),
+    ):
+        pass
 
 
 def assert_oracle_tokens(response: dict[str, Any], max_tokens: int = 8) -> None:
@@ -141,8 +171,10 @@ async def test_prefill_5xx_is_retried_on_the_other_prefill(
     profile: str,
 ) -> None:
     set_engine_faults(cluster.prefills[0], error_rate=1.0)
+    errors_before = fired(cluster.prefills[:1], "error_rate")
     coordinator = start(coordinators, cluster, profile)
     responses = await send_all(coordinator, [body() for _ in range(6)])
+    assert fired(cluster.prefills[:1], "error_rate") - errors_before >= 1
     for response in responses:
         assert response.status_code == 200, response.text
         assert_oracle_tokens(response.json())
@@ -155,8 +187,10 @@ async def test_decode_5xx_is_retried_on_the_other_decode(
     coordinators: StartCoordinator,
 ) -> None:
     set_engine_faults(cluster.decodes[1], error_rate=1.0)
+    errors_before = fired(cluster.decodes[1:], "error_rate")
     coordinator = start(coordinators, cluster, "prefill_first")
     responses = await send_all(coordinator, [body(stream=s) for s in (True, False) * 3])
+    assert fired(cluster.decodes[1:], "error_rate") - errors_before >= 1
     assert [r.status_code for r in responses] == [200] * 6, [r.text for r in responses]
     assert (
         coordinator_metric(coordinator, 'motor_coordinator_retries_total{role="decode",reason="http_500"}')
@@ -173,10 +207,12 @@ async def test_decode_removed_during_the_prefill_leg_falls_back_to_aggregated(
     retry runs aggregated on a prefill instance instead of failing with no decode instance."""
     for engine in cluster.prefills:
         set_engine_faults(engine, hang=True)
+    held_before = fired(cluster.prefills, "hang")
     coordinator = start(coordinators, cluster, "prefill_first", timeout_config={"request_timeout": 20})
     async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=60) as http:
         request = asyncio.create_task(http.post("/v1/completions", json=body()))
         await wait_prefill_leg_held(cluster, attempts=500)
+        assert fired(cluster.prefills, "hang") - held_before == 1
         coordinator.register([sim_instance(d, "decode") for d in cluster.decodes], event="del")
         for engine in cluster.prefills:
             set_engine_faults(engine, hang=False)
@@ -278,6 +314,8 @@ async def test_hung_prefill_times_out_is_closed_and_retried(
     coordinators: StartCoordinator,
 ) -> None:
     set_engine_faults(cluster.prefills[0], hang=True)
+    hung = cluster.prefills[0]
+    held_before, aborts_before = fired([hung], "hang"), engine_metric(hung, ABORTED)
     coordinator = start(
         coordinators, cluster, "prefill_first", scheduler_config={"scheduler_type": "round_robin"}
     )
@@ -288,6 +326,10 @@ async def test_hung_prefill_times_out_is_closed_and_retried(
                 for i in range(2)
             )
         )
+    wait_engine_idle(hung)  # the hung leg was closed, so the engine dropped it
+    # exactly one request was held by the hang, and it ended as an abort (the coordinator closed it)
+    assert fired([hung], "hang") - held_before == 1
+    assert engine_metric(hung, ABORTED) - aborts_before == 1
     assert [r.status_code for r in responses] == [200, 200], [r.text for r in responses]
     assert [r.headers["x-request-id"] for r in responses] == ["hung-0", "hung-1"]
     # the retried attempt carried its own engine-side id, so it cannot collide with its cancelled first leg
@@ -296,7 +338,6 @@ async def test_hung_prefill_times_out_is_closed_and_retried(
         coordinator_metric(coordinator, 'motor_coordinator_retries_total{role="prefill",reason="timeout"}')
         == 1
     )
-    wait_engine_idle(cluster.prefills[0])  # the hung leg was closed, so the engine dropped it
 
 
 async def test_slow_decode_misses_first_token_timeout_and_moves(
@@ -304,10 +345,17 @@ async def test_slow_decode_misses_first_token_timeout_and_moves(
     coordinators: StartCoordinator,
 ) -> None:
     set_engine_faults(cluster.decodes[0], slowdown=5000.0)  # 2 ms to the first token → 10 s
+    slow = cluster.decodes[0]
+    slowed_before, aborts_before = fired([slow], "slowdown"), engine_metric(slow, ABORTED)
     coordinator = start(
         coordinators, cluster, "decode_first", scheduler_config={"scheduler_type": "round_robin"}
     )
     responses = await send_all(coordinator, [body(stream=True) for _ in range(2)])
+    wait_engine_idle(slow)
+    assert (
+        fired([slow], "slowdown") - slowed_before == 1
+    )  # one request slowed, and abandoned by the coordinator
+    assert engine_metric(slow, ABORTED) - aborts_before == 1
     for response in responses:
         assert response.status_code == 200, response.text
         assert response.text.endswith("data: [DONE]\n\n") and '"error"' not in response.text
@@ -326,8 +374,27 @@ async def test_kv_and_health_faults_still_give_the_right_tokens(
 ) -> None:
     for engine in cluster.all:
         set_engine_faults(engine, **{fault: True})
+    counters = {
+        "put_failures": (cluster.prefills, "motor_sim_kv_put_failures_total"),
+        "get_failures": (cluster.decodes, "motor_sim_kv_get_failures_total"),
+        "transferred": (cluster.decodes, 'vllm:prompt_tokens_cached_by_source_total{source="p2p"}'),
+        "external": (cluster.decodes, 'vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}'),
+        "fired": (cluster.all, f'motor_sim_faults_fired_total{{fault="{fault}"}}'),
+    }
+    before = {name: summed(engines, metric) for name, (engines, metric) in counters.items()}
     coordinator = start(coordinators, cluster, "prefill_first")
     responses = await send_all(coordinator, [body() for _ in range(4)])
+    grown = {name: summed(engines, metric) - before[name] for name, (engines, metric) in counters.items()}
+    if fault == "health_down":
+        # the probe answers 503 on every engine while requests are still served
+        for engine in cluster.all:
+            assert httpx.get(f"{engine.base_url}/health").status_code == 503
+        assert grown["transferred"] == 4 * 32  # the KV path is untouched: 2 full blocks per 40-token prompt
+    else:
+        # every prefill's write (kv_put_fail) or every decode's read (kv_get_fail) failed: no KV was handed over
+        failures = grown["put_failures"] if fault == "kv_put_fail" else grown["get_failures"]
+        assert failures == grown["fired"] == 4, grown
+        assert grown["transferred"] == grown["external"] == 0, grown
     for response in responses:
         assert response.status_code == 200, response.text
         assert_oracle_tokens(response.json())
@@ -340,8 +407,10 @@ async def test_every_prefill_failing_ends_with_a_clear_error(
 ) -> None:
     for engine in cluster.prefills:
         set_engine_faults(engine, error_rate=1.0)
+    errors_before = fired(cluster.prefills, "error_rate")
     coordinator = start(coordinators, cluster, "prefill_first")
     [response] = await send_all(coordinator, [body(stream=True)])
+    assert fired(cluster.prefills, "error_rate") - errors_before == 4  # the first attempt and 3 retries
     assert response.status_code == 502
     error = response.json()["error"]
     assert error["code"] == "http_500" and "prefill instance prefill-" in error["message"]
@@ -376,10 +445,12 @@ async def test_client_disconnect_during_a_slow_prefill_closes_both_legs(
     """decode_first: the decode leg waits on the callback while the prefill leg runs; leaving then closes both."""
     for engine in cluster.prefills:
         set_engine_faults(engine, hang=True)
+    held_before = fired(cluster.prefills, "hang")
     coordinator = start(coordinators, cluster, "decode_first", timeout_config={"request_timeout": 20})
     async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:
         request = asyncio.create_task(http.post("/v1/completions", json=body(stream=True)))
         await wait_prefill_leg_held(cluster, attempts=250)
+        assert fired(cluster.prefills, "hang") - held_before == 1
         assert sum(engine_metric(d, "vllm:num_requests_waiting") for d in cluster.decodes) == 1
         request.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -409,8 +480,14 @@ async def test_failure_after_the_first_token_ends_the_stream_with_an_error_event
             if received.count(b"data: {") >= 3 and decode.exit_code() is None:
                 decode.process.kill()  # the decode engine dies mid-stream
         text = received.decode()
+    assert_killed(decode)
     chunks = sse_chunks(text)
-    assert len(chunks) >= 4 and chunks[-1]["error"]["code"] in ("upstream_failed", "incomplete_stream")
+    tokens = [t for c in chunks if c.get("choices") for t in c["choices"][0].get("token_ids") or []]
+    assert 3 <= len(tokens) < stream_body["max_tokens"], "the stream did not end early"
+    assert "error" not in chunks[-2] and chunks[-1]["error"]["code"] in (
+        "upstream_failed",
+        "incomplete_stream",
+    )
     assert text.endswith("data: [DONE]\n\n")
     wait_engine_idle(prefill)
 
@@ -426,7 +503,7 @@ async def test_dead_prefill_instance_is_skipped_before_the_first_token(
     coordinator = coordinators(profile="prefill_first", coordinator_config=FAST_FAILURE)
     coordinator.register([*(sim_instance(p, "prefill") for p in prefills), sim_instance(decode, "decode")])
     prefills[0].process.kill()
-    prefills[0].process.wait(timeout=10)
+    assert_killed(prefills[0])
     responses = await send_all(coordinator, [body(stream=s) for s in (False, True) * 3])
     assert [r.status_code for r in responses] == [200] * 6, [r.text for r in responses]
     assert (

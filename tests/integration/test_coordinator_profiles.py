@@ -1,6 +1,7 @@
 """Every dispatch profile end to end through a real coordinator process, sim engines and a real
 mooncake_master: stream and not, completions and chat; PD tokens equal the aggregated tokens (and the
-simulator's oracle); the client sees one normal OpenAI response with the prefill's cached tokens."""
+oracle); the decode engine got every fresh prompt's KV through kv_transfer_params (tests/fixtures/kv_handover.py);
+the client sees one normal OpenAI response with the prefill's cached tokens."""
 
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from tests.fixtures.coordinator import (
     sse_chunks,
     wait_engine_idle,
 )
+from tests.fixtures.kv_handover import assert_kv_handover, decode_counters
 from tests.fixtures.pool import RunningPool
 from tests.fixtures.processes import stopping_factory
 from tests.fixtures.sim import (
@@ -29,6 +31,7 @@ from tests.fixtures.sim import (
 
 MAX_TOKENS = 10
 SEED = 5
+BLOCK_SIZE = 16  # the sim engines' default
 
 
 @dataclass
@@ -100,6 +103,7 @@ async def check_requests(http: httpx.AsyncClient, engines: Engines, profile: str
             body = client_body(fresh_prompt(), endpoint, stream)
             expected = await reference_tokens(http, reference, body, endpoint)
             request_id = f"{profile}-{endpoint.replace('/', '-')}-{stream}"
+            decode_before = decode_counters(engines.decode.base_url)
             response = await http.post(f"/v1/{endpoint}", json=body, headers={"X-Request-Id": request_id})
             assert response.status_code == 200, response.text
             assert response.headers["x-request-id"] == request_id
@@ -118,6 +122,9 @@ async def check_requests(http: httpx.AsyncClient, engines: Engines, profile: str
                 assert "kv_transfer_params" not in payload or profile == "aggregated"
             assert tokens == expected, f"{profile} {endpoint} stream={stream}"
             assert usage["completion_tokens"] == MAX_TOKENS
+            if profile != "aggregated":
+                after = decode_counters(engines.decode.base_url)
+                assert_kv_handover(decode_before, after, usage["prompt_tokens"], BLOCK_SIZE)
             # A fresh prompt: the prefill (or the aggregated engine) computed every token itself.
             assert usage["prompt_tokens_details"]["cached_tokens"] == 0
 
@@ -137,7 +144,14 @@ async def test_pd_profile_matches_the_aggregated_tokens(
         # prefill's count (the decode received every prompt token and would report all of them).
         body = client_body(fresh_prompt(), "completions", False)
         expected = await reference_tokens(http, engines.union, body, "completions")
+        decode_before = decode_counters(engines.decode.base_url)
         first = (await http.post("/v1/completions", json=body)).json()
+        assert_kv_handover(
+            decode_before,
+            decode_counters(engines.decode.base_url),
+            first["usage"]["prompt_tokens"],
+            BLOCK_SIZE,
+        )
         again = (await http.post("/v1/completions", json=body)).json()
         assert first["choices"][0]["token_ids"] == again["choices"][0]["token_ids"] == expected
         assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
@@ -201,13 +215,57 @@ async def test_decode_first_callbacks_reach_the_worker_that_holds_the_request(
         ) as http:  # a new connection each
             body = client_body(fresh_prompt(), "completions", stream)
             expected = await reference_tokens(http, engines.union, body, "completions")
+            decode_before = decode_counters(engines.decode.base_url)
             response = await http.post("/v1/completions", json=body)
         assert response.status_code == 200, response.text
         if stream:
             chunks = sse_chunks(response.text)
             tokens = [t for c in chunks if c["choices"] for t in c["choices"][0]["token_ids"]]
+            usage = chunks[-1]["usage"]
         else:
             tokens = response.json()["choices"][0]["token_ids"]
+            usage = response.json()["usage"]
         assert tokens == expected
+        after = decode_counters(engines.decode.base_url)
+        assert_kv_handover(decode_before, after, usage["prompt_tokens"], BLOCK_SIZE)
     for engine in (engines.prefill, engines.decode):
         wait_engine_idle(engine)
+
+
+async def test_handover_check_fails_when_the_decode_leg_lacks_kv_transfer_params(
+    engines: Engines,
+) -> None:
+    """The negative control of assert_kv_handover: a PD request whose decode leg lost its kv_transfer_params."""
+    async with httpx.AsyncClient(timeout=30) as http:
+        # The prefill leg as the coordinator shapes it for prefill_first: P writes the prompt's blocks to the pool.
+        body = client_body(fresh_prompt(), "completions", False)
+        prefill_leg = body | {
+            "max_tokens": 1,
+            "min_tokens": 1,
+            "kv_transfer_params": {"do_remote_decode": True},
+        }
+        prefilled = await http.post(f"{engines.prefill.base_url}/v1/completions", json=prefill_leg)
+        assert prefilled.status_code == 200, prefilled.text
+        blocks = len(prefilled.json()["kv_transfer_params"]["remote_block_keys"])
+        assert blocks >= 2
+
+        # The decode leg without P's kv_transfer_params: D still finds the blocks in the pool by the prompt's own
+        # hashes, so its external-transfer count alone looks like a handover ...
+        before = decode_counters(engines.decode.base_url)
+        decoded = await http.post(f"{engines.decode.base_url}/v1/completions", json=body)
+        assert decoded.status_code == 200, decoded.text
+        after = decode_counters(engines.decode.base_url)
+        external = after.by_source["external_kv_transfer"] - before.by_source["external_kv_transfer"]
+        assert external == blocks * BLOCK_SIZE
+        # ... but the KV came from a pool lookup, not through kv_transfer_params, and the check says so.
+        with pytest.raises(AssertionError, match="pool lookup"):
+            assert_kv_handover(before, after, decoded.json()["usage"]["prompt_tokens"], BLOCK_SIZE)
+
+        # A decode that got no KV at all (no params, nothing in the pool) computes the prompt itself.
+        body = client_body(fresh_prompt(), "completions", False)
+        before = decode_counters(engines.decode.base_url)
+        decoded = await http.post(f"{engines.decode.base_url}/v1/completions", json=body)
+        assert decoded.status_code == 200, decoded.text
+        after = decode_counters(engines.decode.base_url)
+        with pytest.raises(AssertionError, match="not handed over"):
+            assert_kv_handover(before, after, decoded.json()["usage"]["prompt_tokens"], BLOCK_SIZE)

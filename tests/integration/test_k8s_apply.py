@@ -111,7 +111,7 @@ async def test_deploy_applies_every_object(
     for key, obj in expected.items():
         assert stored[key] == obj, key
     out = capsys.readouterr().out
-    assert "deployed job mindie-motor to namespace mindie-motor: 13 object(s) via create-or-update" in out
+    assert "deployed job mindie-motor to namespace mindie-motor: 14 object(s) via create-or-update" in out
     assert "Deployment/prefill-0" in out
 
 
@@ -191,7 +191,7 @@ async def test_dry_run_makes_no_api_call(cluster: Cluster, tmp_path: Path) -> No
         await cluster.motor("deploy", "--config-dir", config, "--dry-run", "--output", tmp_path / "out") == 0
     )
     assert cluster.requests() == []
-    assert sorted(p.name for p in (tmp_path / "out").iterdir())[-1] == "07-decode-0.yaml"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir())[-1] == "08-monitoring.yaml"
 
 
 # ---- scale ------------------------------------------------------------------------------------------------
@@ -372,6 +372,21 @@ async def test_stop_deletes_only_the_jobs_objects(cluster: Cluster, tmp_path: Pa
     assert len(remaining) == len(expected_objects(other_config)) + 1
 
 
+async def test_prometheus_operator_objects_are_applied_and_deleted_with_the_job(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "sim", sim_user_config())
+    assert await cluster.motor("deploy", "--config-dir", config, "--prometheus-operator") == 0
+    stored = cluster.stored()
+    assert {
+        ("PodMonitor", "motor"),
+        ("PrometheusRule", "motor"),
+        ("ConfigMap", "motor-grafana-dashboard"),
+    } <= set(stored)
+    assert await cluster.motor("stop", "--k8s", "--config-dir", config) == 0
+    assert cluster.stored() == {}
+
+
 async def test_stop_without_a_job_is_a_usage_error(
     cluster: Cluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -428,4 +443,49 @@ async def test_compat_deployer_entry_checks_its_flags(tmp_path: Path) -> None:
             stderr=err,
         )
         assert await asyncio.wait_for(process.wait(), timeout=60) == 0
-    assert (tmp_path / "output_yamls" / "05-prefill-0.yaml").is_file()
+    assert (tmp_path / "output_yamls" / "04-prefill-0.yaml").is_file()
+
+
+# ---- credentials ------------------------------------------------------------------------------------------
+
+
+def with_api_keys(*keys: str) -> dict[str, Any]:
+    user = sim_user_config()
+    user["motor_coordinator_config"]["api_key_config"] = {"enable_api_key": True, "valid_keys": list(keys)}
+    return user
+
+
+async def test_credentials_live_in_a_secret_that_redeploys_update(cluster: Cluster, tmp_path: Path) -> None:
+    config = write_config(tmp_path / "sim", with_api_keys("key-one", "key-two"))
+    assert await cluster.motor("deploy", "--config-dir", config) == 0
+    stored = cluster.stored()
+    assert stored["Secret", "motor-credentials"]["stringData"] == {"MOTOR_API_KEYS": "key-one\nkey-two"}
+    assert "key-one" not in json.dumps(stored["ConfigMap", "motor-config"])
+    token = stored["Secret", "motor-controller-token"]
+
+    edit_user_config(
+        config,
+        lambda doc: doc["motor_coordinator_config"]["api_key_config"].update(valid_keys=["key-three"]),
+    )
+    assert await cluster.motor("deploy", "--config-dir", config) == 0
+    stored = cluster.stored()
+    assert stored["Secret", "motor-credentials"]["stringData"] == {"MOTOR_API_KEYS": "key-three"}
+    assert stored["Secret", "motor-controller-token"] == token  # generated once, never overwritten
+
+
+async def test_update_config_refuses_changed_credentials(
+    cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path / "sim", with_api_keys("key-one"))
+    assert await cluster.motor("deploy", "--config-dir", config) == 0
+    # the baseline holds markers, not the keys: a changed key is still noticed, against the deployed Secret
+    edit_user_config(
+        config, lambda doc: doc["motor_coordinator_config"]["api_key_config"].update(valid_keys=["key-two"])
+    )
+    mark = len(cluster.requests())
+    assert await cluster.motor("deploy", "--config-dir", config, "--update-config") == 1
+    listed = [line.strip() for line in capsys.readouterr().err.splitlines() if line.startswith("  ")]
+    assert listed == [
+        "Secret/motor-credentials:MOTOR_API_KEYS (api_key_config.valid_keys or an env.json credential)"
+    ]
+    assert cluster.changes_since(mark) == []

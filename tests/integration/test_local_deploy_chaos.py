@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from motor.protocol.controller import ControllerState, bearer
-from tests.fixtures.control import LocalRun
+from tests.fixtures.control import LocalRun, pid_alive
 
 SLOW_DECODE = {
     "motor_engine_decode_config": {"engine_config": {"itl_ms": 20}},
@@ -105,8 +105,13 @@ async def observe(run: LocalRun, observed: Observed, stop: asyncio.Event) -> Non
 
 
 def decode_engine_pid(run: LocalRun) -> int:
+    """decode-0's sim engine: the child of the engine server its node manager recorded, checked by its command
+    line (the simulator, with decode-0's engine id) so the kill cannot hit another process."""
     wrapper = json.loads((run.run_dir / "decode-0" / "engine.pid").read_text())["pid"]
     (engine,) = Path(f"/proc/{wrapper}/task/{wrapper}/children").read_text().split()
+    argv = Path(f"/proc/{engine}/cmdline").read_bytes().decode().split("\0")
+    transfer = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+    assert "motor.engine.sim" in argv and transfer["engine_id"] == "decode-0", argv
     return int(engine)
 
 
@@ -129,7 +134,9 @@ async def test_killed_engine_is_restarted_and_no_request_is_lost_before_its_firs
     ]
     try:
         await wait_until(lambda: outcomes.completed >= 8)
-        os.kill(decode_engine_pid(run), signal.SIGKILL)
+        killed = decode_engine_pid(run)
+        os.kill(killed, signal.SIGKILL)
+        await wait_until(lambda: not pid_alive(killed), timeout=10)
         await wait_until(lambda: "inactive" in observed.statuses and observed.statuses[-1] == "active")
         recovered_at = outcomes.completed
         await wait_until(lambda: outcomes.completed >= recovered_at + 8)

@@ -9,12 +9,12 @@ from motor.pool.net import free_local_ports
 from motor.pool.store import (
     CONFIG_PATH_ENV,
     NO_AVAILABLE_HANDLE,
-    RetryPolicy,
     StoreClient,
     StoreError,
     StoreUnavailable,
     load_store_config,
 )
+from motor.runtime.backoff import Backoff
 from tests.fixtures.pool import TEST_LOCAL_BUFFER_SIZE, RunningPool
 
 SIZES = {"1KiB": 1 << 10, "64KiB": 64 << 10, "1MiB": 1 << 20}
@@ -173,7 +173,7 @@ def test_client_without_any_segment_in_the_pool_gets_a_clear_no_space_error(
     mooncake_master: RunningPool,
 ) -> None:
     config = mooncake_master.store_config | {"global_segment_size": 0}
-    quick = RetryPolicy(attempts=3, first_delay_s=0.001, max_delay_s=0.002)
+    quick = Backoff(initial_s=0.001, cap_s=0.002, max_attempts=3)
     with (
         StoreClient.connect(config, retry=quick) as lonely,
         pytest.raises(

@@ -23,6 +23,17 @@ def set_faults(engine: SimEngine, **faults: object) -> httpx.Response:
     return httpx.post(f"{engine.base_url}/admin/faults", json=faults)
 
 
+async def scrape(client: httpx.AsyncClient) -> dict[str, float]:
+    """The engine's metrics as {series: value}."""
+    text = (await client.get("/metrics")).text
+    return {
+        series: float(value)
+        for series, _, value in (
+            line.rpartition(" ") for line in text.splitlines() if line[:1] not in ("#", "")
+        )
+    }
+
+
 def test_admin_api_reads_and_partially_updates_the_fault_set(sim_engines: StartSimEngine) -> None:
     engine = sim_engines(extra_args=["--fault-kv-corrupt", "--fault-slowdown", "2"])
     current = httpx.get(f"{engine.base_url}/admin/faults").json()
@@ -63,8 +74,13 @@ async def test_hang_holds_requests_until_cleared_or_abandoned(sim_engines: Start
         assert (await client.get("/health")).status_code == 200  # the server itself still answers
 
         pending = asyncio.ensure_future(client.post("/v1/completions", json=BODY))
-        await asyncio.sleep(0.3)
-        assert not pending.done()
+        # the engine holds it (no sleep-and-hope: its own counters say the hang fault took the request)
+        held = 'motor_sim_faults_fired_total{engine="0",model_name="sim-model",fault="hang"}'
+        waiting = 'vllm:num_requests_waiting{engine="0",model_name="sim-model"}'
+        async with asyncio.timeout(10):
+            while (await scrape(client))[held] < 2:
+                await asyncio.sleep(0.02)
+        assert (await scrape(client))[waiting] == 1 and not pending.done()
         assert (await client.post("/admin/faults", json={"hang": False})).status_code == 200
         released = await asyncio.wait_for(pending, 5)
         assert released.status_code == 200 and released.json()["choices"][0]["finish_reason"] == "length"

@@ -24,6 +24,8 @@ from tests.fixtures.sim import (
 )
 
 KV_WAIT_TIMEOUT_S = 2.0
+LABELS = 'engine="0",model_name="sim-model"'
+CACHED_BY_SOURCE = "vllm:prompt_tokens_cached_by_source_total"
 
 
 @dataclass
@@ -136,6 +138,10 @@ async def test_prefill_first(cluster: Cluster, endpoint: str) -> None:
         == shareable * 16
     )
     assert await cluster.metric(cluster.prefill, "motor_sim_kv_blocks_written_total") == shareable
+    # vLLM's cache tier of those tokens: transferred from another instance (p2p), not looked up in the pool
+    assert (
+        await cluster.metric(cluster.decode, f'{CACHED_BY_SOURCE}{{{LABELS},source="p2p"}}') == shareable * 16
+    )
 
 
 async def test_store_style_decode_finds_the_prompt_and_shared_prefixes_by_hash(cluster: Cluster) -> None:
@@ -144,6 +150,8 @@ async def test_store_style_decode_finds_the_prompt_and_shared_prefixes_by_hash(c
     await cluster.complete(cluster.prefill, prefill_leg(body, {"do_remote_decode": True}))
     d = await cluster.complete(cluster.decode, body)  # P returned params, but a store-style flow passes none
     assert tokens(d) == expected and d["usage"]["prompt_tokens_details"]["cached_tokens"] == 48
+    looked_up = f'{CACHED_BY_SOURCE}{{{LABELS},source="external_unspecified"}}'
+    assert await cluster.metric(cluster.decode, looked_up) == 48
 
     # a prompt D never saw, sharing its first 32 tokens with one P prefilled: those come from the pool
     prompt = fresh_prompt(50)

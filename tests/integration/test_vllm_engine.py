@@ -24,8 +24,9 @@ import pytest
 from motor.config import load_documents
 from motor.config.models import NodeManagerConfig
 from motor.config.topology import RoleSpec
-from motor.engine.launch import EngineLaunch, engine_launch
+from motor.deploy.engine_command import engine_spec
 from motor.pool.net import free_local_ports
+from motor.protocol.specs import EngineSpec
 from tests.fixtures.pool import RunningPool
 
 pytestmark = [
@@ -54,7 +55,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Engine:
     """One engine server process (the wrapper, which owns the vLLM process group)."""
 
-    def __init__(self, launch: EngineLaunch, log_path: Path, port: int, status_port: int) -> None:
+    def __init__(self, launch: EngineSpec, log_path: Path, port: int, status_port: int) -> None:
         for path, content in launch.files.items():
             Path(path).write_text(content, encoding="utf-8")
         self.launch = launch
@@ -193,14 +194,14 @@ def test_engine_server_status_and_greedy_determinism(
         env={**ENGINE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0"},
         node_manager=NodeManagerConfig(),
     )
-    launch = engine_launch(
+    launch = engine_spec(
         spec,
         instance_id="union-0",
         host="127.0.0.1",
         port=port,
         status_port=status_port,
         store_config=None,
-        run_dir=tmp_path,
+        run_dir=str(tmp_path),
         python=sys.executable,
     )
     engine = Engine(launch, tmp_path / "engine.log", port, status_port)
@@ -261,14 +262,14 @@ def test_pd_decode_equals_aggregated_with_kv_from_transfer(
     topology = pd_topology(tiny_model, mooncake_master, kv_port)
     launches = {}
     for role, port, status_port in (("prefill", p_port, p_status), ("decode", d_port, d_status)):
-        launch = engine_launch(
+        launch = engine_spec(
             topology.roles[role],
             instance_id=f"{role}-0",
             host="127.0.0.1",
             port=port,
             status_port=status_port,
             store_config=mooncake_master.store_config,
-            run_dir=tmp_path,
+            run_dir=str(tmp_path),
             python=sys.executable,
         )
         launches[role] = launch

@@ -70,11 +70,19 @@ def test_kv_conductor_config_is_validated_and_reported_as_not_deployed():
         "http_server_port": 13333,
     }
     topology = load_documents(user, env)
-    assert any(w.startswith("kv_conductor_config: motor deploys no KV conductor") for w in topology.warnings)
+    assert any(
+        w.startswith(
+            "kv_conductor_config: pyMotor setting not implemented by motor; motor deploys no KV conductor"
+        )
+        for w in topology.warnings
+    )
     user["kv_conductor_config"] = {"kvevent_instance": {"mooncake_master": {"type": "Mooncake"}}}
     topology = load_documents(user, env)
     assert any(
-        w.startswith("kv_conductor_config: motor deploys no KV conductor") for w in topology.warnings
+        w.startswith(
+            "kv_conductor_config: pyMotor setting not implemented by motor; motor deploys no KV conductor"
+        )
+        for w in topology.warnings
     ), "a conductor section without a port is not used either"
     user["kv_conductor_config"] = {}
     assert not any(w.startswith("kv_conductor_config") for w in load_documents(user, env).warnings)

@@ -58,17 +58,32 @@ def test_non_numeric_timeout_names_the_env_path():
     )
 
 
-def test_wrong_kv_role_is_an_error_on_each_level():
+def test_wrong_kv_role_is_corrected_from_the_role_on_each_level_with_a_warning():
     user, env = seed()
     transfer(user, "prefill")["kv_role"] = "kv_consumer"
     sub(user, "decode", 1)["kv_role"] = "kv_producer"
-    issues = issues_of(user, env)
-    assert (
-        "must be 'kv_producer'"
-        in issues["motor_engine_prefill_config.engine_config.kv_transfer_config.kv_role"]
-    )
+    topology = load_documents(user, env)
+    prefill = topology.roles["prefill"].engine_config["kv_transfer_config"]
+    decode = topology.roles["decode"].engine_config["kv_transfer_config"]
+    assert prefill["kv_role"] == "kv_producer"
+    assert decode["kv_connector_extra_config"]["connectors"][1]["kv_role"] == "kv_consumer"
     path = "motor_engine_decode_config.engine_config.kv_transfer_config.kv_connector_extra_config.connectors[1].kv_role"
-    assert "must be 'kv_consumer'" in issues[path]
+    assert f"{path}: 'kv_producer' replaced by 'kv_consumer'" in "\n".join(topology.warnings)
+    assert any(
+        w.startswith(
+            "motor_engine_prefill_config.engine_config.kv_transfer_config.kv_role: 'kv_consumer' replaced"
+        )
+        for w in topology.warnings
+    )
+
+
+def test_pool_backend_may_keep_kv_both():
+    user, env = seed()
+    sub(user, "prefill", 1)["kv_role"] = "kv_both"
+    topology = load_documents(user, env)
+    connectors = topology.roles["prefill"].engine_config["kv_transfer_config"]["kv_connector_extra_config"]
+    assert connectors["connectors"][1]["kv_role"] == "kv_both"
+    assert not any("kv_role" in warning for warning in topology.warnings)
 
 
 def test_missing_kv_roles_are_filled():
@@ -89,22 +104,32 @@ def test_multiconnector_needs_a_sub_connector():
     assert "at least one sub-connector" in issues_of(user, env)[path]
 
 
-def test_pd_connector_lists_must_match_in_order():
+def test_pd_transfer_connectors_must_match():
     user, env = seed()
     connectors = transfer(user, "decode")["kv_connector_extra_config"]["connectors"]
     connectors.reverse()
-    issues = issues_of(user, env)
-    assert (
-        "must equal prefill connectors"
-        in issues["motor_engine_decode_config.engine_config.kv_transfer_config.kv_connector"]
-    )
+    path = "motor_engine_decode_config.engine_config.kv_transfer_config.kv_connector_extra_config.connectors[0].kv_connector"
+    message = issues_of(user, env)[path]
+    assert "decode's transfer connector 'AscendStoreConnector' must be the prefill side's" in message
+    assert "'MooncakeLayerwiseConnector'" in message
 
 
-def test_transfer_kv_port_must_match():
+def test_each_engine_has_its_own_kv_port():
     user, env = seed()
     sub(user, "decode", 0)["kv_port"] = "30002"
-    path = "motor_engine_decode_config.engine_config.kv_transfer_config.kv_connector_extra_config.connectors[0].kv_port"
-    assert "must equal the prefill side's kv_port '30001'" in issues_of(user, env)[path]
+    load_documents(user, env)
+
+
+def test_pool_level_may_be_one_sided():
+    user, env = seed()
+    decode = user["motor_engine_decode_config"]["engine_config"]
+    decode["kv_transfer_config"] = dict(sub(user, "decode", 0))
+    topology = load_documents(user, env)
+    assert topology.pool is not None
+    assert topology.roles["decode"].engine_config["kv_transfer_config"]["kv_role"] == "kv_consumer"
+    decode["kv_transfer_config"]["kv_connector"] = "NixlConnector"
+    path = "motor_engine_decode_config.engine_config.kv_transfer_config.kv_connector"
+    assert "must be the prefill side's 'MooncakeLayerwiseConnector'" in issues_of(user, env)[path]
 
 
 def test_only_connectors_zero_decides_and_pool_backends_need_no_whitelisting():
@@ -251,10 +276,14 @@ def test_pd_counts_required():
     assert "required (1..16)" in issues_of(user, env)["motor_deploy_config.d_instances_num"]
 
 
-def test_infer_service_set_is_refused_with_the_alternative():
+def test_infer_service_set_is_accepted_with_a_notice():
     user, env = seed()
     user["motor_deploy_config"]["deploy_mode"] = "infer_service_set"
-    assert "use multi_deployment" in issues_of(user, env)["motor_deploy_config.deploy_mode"]
+    topology = load_documents(user, env)
+    assert topology.user.motor_deploy_config.kubernetes_layout == "multi_deployment"
+    assert any(
+        "InferServiceSet custom resource itself belongs to MindCluster" in w for w in topology.warnings
+    )
 
 
 def test_job_id_must_be_a_dns_label():
@@ -269,7 +298,9 @@ def test_unknown_keys_are_reported_outside_engine_config_only():
     user["motor_engine_prefill_config"]["engine_config"]["some_future_vllm_flag"] = True
     issues = issues_of(user, env)
     assert issues == {
-        "motor_coordinator_config.exception_config.max_retires": "unknown key; check its spelling or remove it"
+        "motor_coordinator_config.exception_config.max_retires": (
+            "unknown key (did you mean 'max_retry'?); check its spelling or remove it"
+        )
     }
 
 
@@ -295,7 +326,7 @@ def test_local_default_ports_do_not_collide():
     assert len(ports) == len(set(ports))
 
 
-@pytest.mark.parametrize("key", ["model", "served_model_name", "block_size", "dtype", "max_model_len"])
+@pytest.mark.parametrize("key", ["model", "served_model_name", "block_size", "dtype", "kv_cache_dtype"])
 def test_pd_engine_compatibility(key):
     user, env = seed()
     user["motor_engine_decode_config"]["engine_config"][key] = "something-else"
@@ -305,12 +336,38 @@ def test_pd_engine_compatibility(key):
     )
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("max_model_len", 65536),
+        ("max_num_seqs", 4),
+        ("gpu_memory_utilization", 0.5),
+        ("tensor_parallel_size", 4),
+        ("model", "/mnt/weight/Qwen3-8B/"),
+        ("dtype", "auto"),
+    ],
+)
+def test_pd_may_differ_where_the_kv_layout_does_not(key, value):
+    user, env = seed()
+    user["motor_engine_decode_config"]["engine_config"][key] = value
+    load_documents(user, env)
+
+
+def test_kv_cache_dtype_decides_over_the_model_dtype():
+    user, env = seed()
+    decode = user["motor_engine_decode_config"]["engine_config"]
+    decode["dtype"] = "float16"
+    assert "motor_engine_decode_config.engine_config.dtype" in issues_of(user, env)
+    decode["kv_cache_dtype"] = "bfloat16"
+    load_documents(user, env)
+
+
 def test_compatibility_reads_dashed_keys():
     user, env = seed()
     config = user["motor_engine_decode_config"]["engine_config"]
-    del config["max_model_len"]
-    config["max-model-len"] = 1024
-    assert "motor_engine_decode_config.engine_config.max_model_len" in issues_of(user, env)
+    del config["block_size"]
+    config["block-size"] = 64
+    assert "motor_engine_decode_config.engine_config.block_size" in issues_of(user, env)
 
 
 def test_pythonhashseed_defaults_to_zero_with_pool():

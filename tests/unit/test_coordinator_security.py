@@ -27,9 +27,14 @@ async def test_plain_and_hashed_keys() -> None:
     assert digest == hashlib.pbkdf2_hmac("sha256", b"s3cret", b"pepper", 1000).hex() and iterations == "1000"
     verifier = ApiKeyVerifier(ApiKeyConfig(enable_api_key=True, valid_keys=["plain-key", record]))
     assert await check(verifier, [(b"authorization", b"Bearer plain-key")]) == 200
+    assert verifier.slow_verifications == 0, "a plain key needs no PBKDF2"
     assert await check(verifier, [(b"authorization", b"bearer s3cret")]) == 200
-    assert await check(verifier, [(b"authorization", b"Bearer s3cret")]) == 200, "cached verdict"
+    assert verifier.slow_verifications == 1
+    assert await check(verifier, [(b"authorization", b"Bearer s3cret")]) == 200
+    assert verifier.slow_verifications == 1, "the second check of a key reuses its cached verdict"
     assert await check(verifier, [(b"authorization", b"Bearer wrong")]) == 403
+    assert await check(verifier, [(b"authorization", b"Bearer wrong")]) == 403
+    assert verifier.slow_verifications == 2, "a refused key's verdict is cached too"
     assert await check(verifier, [(b"authorization", b"Bearer " + record.encode())]) == 403, (
         "the record is no key"
     )

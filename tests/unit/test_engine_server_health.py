@@ -1,6 +1,6 @@
 from motor.engine.server.app import child_environment
-from motor.engine.server.child import shell_exit_code
 from motor.engine.server.health import HealthTracker
+from motor.runtime.processes import shell_exit_code
 
 
 def tracker() -> HealthTracker:

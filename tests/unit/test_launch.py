@@ -1,4 +1,6 @@
+import dataclasses
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -7,16 +9,17 @@ import pytest
 from motor.config import load_documents
 from motor.config.models import NodeManagerConfig
 from motor.config.topology import RoleSpec
-from motor.engine.launch import (
-    BOOTSTRAP_PORT_ENV,
-    STORE_CONFIG_ENV,
-    EngineLaunch,
+from motor.deploy.engine_command import (
     LaunchError,
-    engine_launch,
+    engine_spec,
     option_flags,
     served_model_name,
     with_engine_id,
 )
+from motor.protocol.env import STORE_CONFIG_PATH as STORE_CONFIG_ENV
+from motor.protocol.specs import EngineSpec
+
+BOOTSTRAP_PORT_ENV = "VLLM_MOONCAKE_BOOTSTRAP_PORT"  # where vLLM's MooncakeConnector reads its bootstrap port
 
 
 def role_spec(
@@ -53,15 +56,15 @@ def launch_on_localhost(
     status_port: int = 2,
     store_config: dict[str, Any] | None = None,
     **kwargs: Any,
-) -> EngineLaunch:
-    return engine_launch(
+) -> EngineSpec:
+    return engine_spec(
         spec,
         instance_id=instance_id,
         host="127.0.0.1",
         port=port,
         status_port=status_port,
         store_config=store_config,
-        run_dir=run_dir,
+        run_dir=str(run_dir),
         **kwargs,
     )
 
@@ -97,7 +100,7 @@ def test_flag_rules() -> None:
 
 
 def test_unsupported_value_type_is_an_error() -> None:
-    with pytest.raises(LaunchError, match="--model"):
+    with pytest.raises(LaunchError, match=r"engine_config\.model: cannot pass a set"):
         option_flags({"model": {1, 2}})
 
 
@@ -181,14 +184,38 @@ def test_served_model_name_falls_back_to_model() -> None:
         pytest.param(role_spec({"served_model_name": "x"}), r"engine_config\.model", id="vllm-needs-a-model"),
         pytest.param(
             role_spec({"model": "/m"}, engine_type="sglang"),
-            "not supported yet",
-            id="sglang-not-supported-yet",
+            r"engine_config\.model-path: required for a sglang engine",
+            id="sglang-needs-a-model-path",
+        ),
+        pytest.param(
+            role_spec({"model": "/m"}, engine_type="trt"), "unknown engine type 'trt'", id="unknown"
         ),
     ],
 )
 def test_unlaunchable_specs_are_errors(spec: RoleSpec, error: str, tmp_path: Path) -> None:
     with pytest.raises(LaunchError, match=error):
         launch_on_localhost(spec, tmp_path, instance_id="p")
+
+
+def test_sglang_engines_get_their_disaggregation_mode_and_bootstrap_port(tmp_path: Path) -> None:
+    config = {"model-path": "/models/q", "tp-size": 4}
+    prefill = launch_on_localhost(role_spec(config, engine_type="sglang"), tmp_path, bootstrap_port=9100)
+    engine = engine_part(prefill.argv)
+    assert engine[:3] == [sys.executable, "-m", "sglang.launch_server"]
+    assert flag_value(engine, "--disaggregation-mode") == "prefill"
+    assert flag_value(engine, "--disaggregation-bootstrap-port") == "9100"
+    assert flag_value(engine, "--model-path") == "/models/q"
+    assert flag_value(engine, "--served-model-name") == "/models/q"
+    assert prefill.bootstrap_port == 9100
+    assert prefill.env["SGLANG_HOST_IP"] == "127.0.0.1"
+    decode_spec = dataclasses.replace(role_spec(config, engine_type="sglang"), role="decode")
+    decode = launch_on_localhost(decode_spec, tmp_path, instance_id="decode-0")
+    assert flag_value(engine_part(decode.argv), "--disaggregation-mode") == "decode"
+    assert decode.bootstrap_port is None
+    with pytest.raises(LaunchError, match="SGLang takes no kv_transfer_config"):
+        launch_on_localhost(
+            role_spec({**config, "kv_transfer_config": {"kv_connector": "x"}}, engine_type="sglang"), tmp_path
+        )
 
 
 def test_kv_roles_come_from_the_topology(tmp_path: Path) -> None:
@@ -232,7 +259,7 @@ def mooncake_multi(role: str, **transfer: Any) -> dict[str, Any]:
 
 def launch_for(
     config: dict[str, Any], tmp_path: Path, names: list[str] | None = None, **kwargs: Any
-) -> EngineLaunch:
+) -> EngineSpec:
     spec = role_spec({"model": "/m", "served_model_name": names, "kv_transfer_config": config})
     return launch_on_localhost(spec, tmp_path, **kwargs)
 

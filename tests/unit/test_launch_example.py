@@ -1,14 +1,16 @@
-"""examples/local: validates, and turns into the engine command lines the README promises."""
+"""examples/local: validates, and turns into the engine command lines docs/real-engine.md promises."""
 
 import json
 from pathlib import Path
 
 from motor.config import load_config
-from motor.engine.launch import BOOTSTRAP_PORT_ENV, engine_launch
+from motor.deploy.engine_command import engine_spec
 from motor.kv.connectors import DispatchProfile
 from motor.kv.pool import engine_store_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "local"
+
+BOOTSTRAP_PORT_ENV = "VLLM_MOONCAKE_BOOTSTRAP_PORT"  # where vLLM's MooncakeConnector reads its bootstrap port
 
 
 def test_example_local_validates_and_launches(tmp_path: Path) -> None:
@@ -18,14 +20,14 @@ def test_example_local_validates_and_launches(tmp_path: Path) -> None:
     store = engine_store_config(topology.pool, master_host="127.0.0.1")
 
     launches = {
-        role: engine_launch(
+        role: engine_spec(
             topology.roles[role],
             instance_id=f"{role}-0",
             host="127.0.0.1",
             port=10000 + 2 * k,
             status_port=10001 + 2 * k,
             store_config=store,
-            run_dir=tmp_path,
+            run_dir=str(tmp_path),
         )
         for k, role in enumerate(("prefill", "decode"))
     }

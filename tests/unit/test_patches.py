@@ -106,6 +106,9 @@ def test_status_report_names_every_fix_and_its_reason() -> None:
         assert patch.name in report
     assert "multi-connector-push-blocks: APPLIES" in report
     assert "0.11.0rc1 < 0.17.0rc2" in report
+    assert (
+        "  for:  MooncakeLayerwiseConnector\n" in report
+    )  # the connector specs name the patches that fix them
 
 
 def test_gathered_facts_describe_this_interpreter() -> None:

@@ -6,7 +6,15 @@ from pathlib import Path
 import pytest
 
 from motor.config import Topology, load_config, load_documents
-from motor.deploy.plan import POD_IP_REF, Plan, build_plan, service_host
+from motor.deploy.plan import POD_IP_REF, Plan, build_plan, required_roles, service_host
+from motor.kv.connectors import DispatchProfile
+from motor.protocol.specs import (
+    HOST_PLACEHOLDER,
+    ControllerSpec,
+    CoordinatorSpec,
+    NodeManagerSpec,
+    load_spec,
+)
 
 SEED = Path(__file__).resolve().parents[2] / "examples" / "infer_engines" / "vllm"
 
@@ -27,6 +35,7 @@ def sim_topology(deploy_mode: str = "local", pool: bool = True, **deploy: object
             "deploy_mode": deploy_mode,
             "hardware_type": "cpu",
             "job_id": "simjob",
+            "image_name": "motor:test",
             **deploy,
         },
         "motor_engine_prefill_config": engine,
@@ -66,35 +75,57 @@ def test_local_node_managers_use_shifted_ports_and_entry_point() -> None:
     assert (p1.role, p1.index) == ("prefill", 1)
     assert p1.ports == {"nm": 1031, "engine": 10002, "engine-status": 10003}
     assert plan.component("decode-0").ports["nm"] == 1032
-    assert p1.argv == (
-        "/venv/bin/python",
-        "-m",
-        "motor.node_manager",
-        "--user-config",
-        "/c/user_config.json",
-        "--env-config",
-        "/c/env.json",
-        "--role",
-        "prefill",
-        "--index",
-        "1",
-    )
+    assert p1.argv == ("/venv/bin/python", "-m", "motor.node_manager", "--spec", "/c/prefill-1.spec.json")
     assert p1.probe_url("readiness", "127.0.0.1") == "http://127.0.0.1:1031/readiness"
     assert p1.env["MOTOR_RUN_DIR"] == "/r/prefill-1"
+    spec = p1.spec
+    assert isinstance(spec, NodeManagerSpec)
+    assert (spec.instance_id, spec.role, spec.port, spec.run_dir) == (
+        "prefill-1",
+        "prefill",
+        1031,
+        "/r/prefill-1",
+    )
+    assert (spec.engine.port, spec.engine.status_port) == (10002, 10003)
+    assert spec.engine.argv[:3] == ["/venv/bin/python", "-m", "motor.engine.server"]
+    assert spec.engine.log_path == "/r/prefill-1/engine.log"
+
+
+def test_every_motor_component_starts_from_its_spec_file(tmp_path: Path) -> None:
+    plan = build_plan(sim_topology(), config_dir=str(tmp_path), run_dir="/r", python="/venv/bin/python")
+    motor_components = [c for c in plan.components if c.spec is not None]
+    assert sorted(plan.files) == sorted(f"{c.name}.spec.json" for c in motor_components)
+    for component in motor_components:
+        path = tmp_path / f"{component.name}.spec.json"
+        path.write_text(plan.files[path.name])
+        assert component.argv[-2:] == ("--spec", str(path))
+        assert load_spec(path, type(component.spec)) == component.spec
+    assert plan.component("kv-pool").spec is None
+
+
+def test_specs_carry_the_token_by_reference_only() -> None:
+    plan = build_plan(sim_topology(), config_dir="/c")
+    for text in plan.files.values():
+        assert '"env": "MOTOR_CONTROLLER_TOKEN"' in text
+    assert all("MOTOR_CONTROLLER_TOKEN" not in c.env for c in plan.components)
 
 
 def test_local_addresses_and_pool() -> None:
     plan = build_plan(sim_topology(), config_dir="/c", run_dir="/r", python="/venv/bin/python")
     nm = plan.component("decode-0")
     assert nm.env["MOTOR_ADVERTISE_HOST"] == "127.0.0.1"
-    assert nm.env["MOTOR_CONTROLLER_URL"] == "http://127.0.0.1:1027"
-    assert nm.env["MOTOR_COORDINATOR_MGMT_URL"] == "http://127.0.0.1:1026"
-    assert nm.env["MOTOR_POOL_MASTER"] == "127.0.0.1:50088"
-    assert nm.env["MOONCAKE_CONFIG_PATH"] == "/c/mooncake_store.json"
     assert nm.env["PYTHONHASHSEED"] == "0"
-    store = json.loads(plan.files["mooncake_store.json"])
+    spec = nm.spec
+    assert isinstance(spec, NodeManagerSpec)
+    assert spec.controller_url == "http://127.0.0.1:1027"
+    store_path = spec.engine.env["MOONCAKE_CONFIG_PATH"]
+    assert store_path == "/r/decode-0/decode-0.mooncake.json"
+    store = json.loads(spec.engine.files[store_path])
     assert store["master_server_address"] == "127.0.0.1:50088"
     assert store["protocol"] == "tcp"
+    controller = plan.component("controller").spec
+    assert isinstance(controller, ControllerSpec)
+    assert controller.coordinator_urls == ["http://127.0.0.1:1026"]
     pool = plan.component("kv-pool")
     assert pool.argv[0] == "/venv/bin/mooncake_master"
     assert "--rpc_port=50088" in pool.argv and "--rpc_address=127.0.0.1" in pool.argv
@@ -111,8 +142,10 @@ def test_env_sections_reach_their_components_only() -> None:
 def test_no_pool_no_pool_component() -> None:
     plan = build_plan(sim_topology(pool=False), config_dir="/c")
     assert [c.kind for c in plan.components][:2] == ["controller", "coordinator"]
-    assert plan.files == {}
-    assert all("MOTOR_POOL_MASTER" not in c.env for c in plan.components)
+    for component in plan.node_managers:
+        assert isinstance(component.spec, NodeManagerSpec)
+        assert "MOONCAKE_CONFIG_PATH" not in component.spec.engine.env
+        assert component.spec.engine.files == {}
 
 
 def test_local_plan_needs_config_dir() -> None:
@@ -130,8 +163,15 @@ def test_kubernetes_plan_uses_services_and_pod_ip() -> None:
     assert plan.config_dir == "/etc/motor"
     prefill = plan.component("prefill-0")
     assert prefill.env["MOTOR_ADVERTISE_HOST"] == POD_IP_REF
-    assert prefill.env["MOTOR_CONTROLLER_URL"] == f"http://{service_host('controller', 'mindie-motor')}:1027"
-    assert prefill.env["MOTOR_POOL_MASTER"] == "kv-pool.mindie-motor.svc.cluster.local:50088"
+    spec = prefill.spec
+    assert isinstance(spec, NodeManagerSpec)
+    assert spec.controller_url == f"http://{service_host('controller', 'mindie-motor')}:1027"
+    assert spec.advertise_host == HOST_PLACEHOLDER
+    store = json.loads(next(iter(spec.engine.files.values())))
+    assert store["master_server_address"] == "kv-pool.mindie-motor.svc.cluster.local:50088"
+    assert spec.engine.argv[3:5] == ["--engine-host", HOST_PLACEHOLDER]
+    coordinator = plan.component("coordinator").spec
+    assert isinstance(coordinator, CoordinatorSpec) and coordinator.bind_host == "0.0.0.0"
     assert (
         prefill.ports
         == plan.component("decode-0").ports
@@ -146,13 +186,17 @@ def test_local_config_previewed_as_kubernetes() -> None:
     plan = build_plan(sim_topology(), target="kubernetes")
     assert plan.deploy_mode == "local" and plan.target == "kubernetes"
     assert plan.component("prefill-1").ports["nm"] == 1030
-    assert plan.component("controller").env["MOTOR_CONTROLLER_URL"].startswith("http://controller.simjob.svc")
+    spec = plan.component("prefill-0").spec
+    assert isinstance(spec, NodeManagerSpec)
+    assert spec.controller_url.startswith("http://controller.simjob.svc")
 
 
 def test_single_container_shares_one_pod() -> None:
     plan = build_plan(sim_topology("single_container"))
     assert plan.component("prefill-1").ports["nm"] == 1031
-    assert plan.component("coordinator").env["MOTOR_CONTROLLER_URL"] == f"http://{POD_IP_REF}:1027"
+    spec = plan.component("prefill-1").spec
+    assert isinstance(spec, NodeManagerSpec)
+    assert spec.controller_url == f"http://{HOST_PLACEHOLDER}:1027"
 
 
 def test_union_instances_follow_the_aggregated_role() -> None:
@@ -168,4 +212,14 @@ def test_union_instances_follow_the_aggregated_role() -> None:
         ("union-1", "union", 1),
     ]
     assert plan.component("union-1").ports == {"nm": 1031, "engine": 10002, "engine-status": 10003}
-    assert plan.component("union-1").argv[-4:] == ("--role", "union", "--index", "1")
+    spec = plan.component("union-1").spec
+    assert isinstance(spec, NodeManagerSpec) and (spec.role, spec.instance_id) == ("union", "union-1")
+    coordinator = plan.component("coordinator").spec
+    assert isinstance(coordinator, CoordinatorSpec)
+    assert (coordinator.profile.value, coordinator.required_roles) == ("aggregated", ["union"])
+
+
+def test_required_roles() -> None:
+    assert required_roles(DispatchProfile.PREFILL_FIRST, {"prefill", "decode"}) == ["prefill", "decode"]
+    assert required_roles(DispatchProfile.AGGREGATED, {"union"}) == ["union"]
+    assert required_roles(DispatchProfile.AGGREGATED, {"prefill", "decode"}) == ["prefill"]

@@ -1,8 +1,6 @@
 """`motor deploy/status/stop` hand local configs to the local backend with a local plan."""
 
 import json
-import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +8,7 @@ import pytest
 
 from motor.cli.main import main
 from motor.config import Topology
+from motor.deploy import local
 from motor.deploy.plan import Plan
 
 SIM_ENGINE = {
@@ -43,9 +42,8 @@ def config_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def local_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...]]]:
-    """Stands in for motor.deploy.local (another part of motor) and records what the CLI hands it."""
+    """Records what the CLI hands the local backend instead of starting processes."""
     calls: list[tuple[str, tuple[Any, ...]]] = []
-    module = types.ModuleType("motor.deploy.local")
 
     def recorder(name: str, code: int):  # type: ignore[no-untyped-def]
         def record(*args: Any) -> int:
@@ -54,10 +52,9 @@ def local_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, .
 
         return record
 
-    module.deploy_local = recorder("deploy_local", 0)  # type: ignore[attr-defined]
-    module.status_local = recorder("status_local", 0)  # type: ignore[attr-defined]
-    module.stop_local = recorder("stop_local", 3)  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "motor.deploy.local", module)
+    monkeypatch.setattr(local, "deploy_local", recorder("deploy_local", 0))
+    monkeypatch.setattr(local, "status_local", recorder("status_local", 0))
+    monkeypatch.setattr(local, "stop_local", recorder("stop_local", 3))
     return calls
 
 
@@ -79,6 +76,21 @@ def test_deploy_local_gets_a_local_plan_under_the_run_root(
     assert [c.name for c in plan.node_managers] == ["prefill-0", "decode-0"]
 
 
+def test_an_engine_section_that_cannot_be_launched_is_reported_by_path(
+    config_dir: Path, local_calls: list[tuple[str, tuple[Any, ...]]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    user = json.loads((config_dir / "user_config.json").read_text())
+    for section in ("motor_engine_prefill_config", "motor_engine_decode_config"):
+        user[section] = {**SIM_ENGINE, "engine_type": "vllm"}
+    (config_dir / "user_config.json").write_text(json.dumps(user))
+    assert main(["deploy", "--config-dir", str(config_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "2 problem(s)" in err
+    for section in ("motor_engine_prefill_config", "motor_engine_decode_config"):
+        assert f"{section}.engine_config.model: required for a vllm engine" in err
+    assert local_calls == []
+
+
 def test_status_and_stop_pass_the_job_and_exit_code(
     config_dir: Path, tmp_path: Path, local_calls: list[tuple[str, tuple[Any, ...]]]
 ) -> None:
@@ -87,17 +99,56 @@ def test_status_and_stop_pass_the_job_and_exit_code(
     assert local_calls == [("status_local", (tmp_path / "r", None)), ("stop_local", (tmp_path / "r", "demo"))]
 
 
-def test_missing_local_backend_is_a_clear_error(
-    config_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(("flag", "scale"), [("--update-config", False), ("--update-instance-num", True)])
+def test_update_flags_of_a_local_config_go_to_the_local_backend(
+    config_dir: Path,
+    tmp_path: Path,
+    local_calls: list[tuple[str, tuple[Any, ...]]],
+    monkeypatch: pytest.MonkeyPatch,
+    flag: str,
+    scale: bool,
 ) -> None:
-    monkeypatch.setitem(sys.modules, "motor.deploy.local", types.ModuleType("motor.deploy.local"))
-    assert main(["deploy", "--config-dir", str(config_dir)]) == 1
-    assert "local backend not available yet" in capsys.readouterr().err
+    updates: list[tuple[str, Path, bool]] = []
+
+    def update_local(topology: Topology, run_root: Path, *, scale: bool) -> int:
+        updates.append((topology.user.motor_deploy_config.job_id, run_root, scale))
+        return 0
+
+    monkeypatch.setattr(local, "update_local", update_local)
+    assert main(["deploy", "--config-dir", str(config_dir), flag, "--run-root", str(tmp_path / "r")]) == 0
+    assert updates == [("demo", tmp_path / "r", scale)]
+    assert local_calls == []  # nothing deployed
 
 
-def test_update_flags_are_for_kubernetes_only(
-    config_dir: Path, local_calls: list[tuple[str, tuple[Any, ...]]], capsys: pytest.CaptureFixture[str]
+def test_update_of_a_job_that_does_not_run_locally_says_how_to_deploy_it(
+    config_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["deploy", "--config-dir", str(config_dir), "--update-config"]) == 2
-    assert "act on Kubernetes deployments" in capsys.readouterr().err
-    assert local_calls == []
+    run_root = tmp_path / "empty"
+    assert (
+        main(["deploy", "--config-dir", str(config_dir), "--update-config", "--run-root", str(run_root)]) == 1
+    )
+    err = capsys.readouterr().err
+    assert "--update-config: no local job 'demo' runs in" in err and "motor deploy" in err
+
+
+def test_validate_explain_prints_every_compiled_spec(
+    config_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MOTOR_RUN_ROOT", str(tmp_path / "runs"))
+    assert main(["validate", "--config-dir", str(config_dir), "--explain"]) == 0
+    out = capsys.readouterr().out
+    for name in ("controller", "coordinator", "prefill-0", "decode-0"):
+        assert f"--- {name} (" in out
+        assert f"{tmp_path / 'runs' / 'demo' / 'config' / name}.spec.json" in out
+    assert '"kind": "node_manager"' in out and '"env": "MOTOR_CONTROLLER_TOKEN"' in out
+
+
+def test_validate_reports_what_the_plan_cannot_compile(
+    config_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    user = json.loads((config_dir / "user_config.json").read_text())
+    user["motor_engine_prefill_config"] = {**SIM_ENGINE, "engine_type": "vllm"}
+    user["motor_engine_decode_config"] = {**SIM_ENGINE, "engine_type": "vllm"}
+    (config_dir / "user_config.json").write_text(json.dumps(user))
+    assert main(["validate", "--config-dir", str(config_dir)]) == 2
+    assert "motor_engine_decode_config.engine_config.model: required" in capsys.readouterr().err

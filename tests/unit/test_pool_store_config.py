@@ -6,7 +6,7 @@ import pytest
 
 from motor.kv.pool import KvCachePoolConfig, engine_store_config
 from motor.pool.net import split_host_port
-from motor.pool.store import CONFIG_PATH_ENV, RetryPolicy, StoreConfigError, StoreError, load_store_config
+from motor.pool.store import CONFIG_PATH_ENV, StoreConfigError, StoreError, load_store_config
 
 
 def write_json(path: Path, data: object) -> Path:
@@ -82,14 +82,6 @@ def test_config_errors_are_store_errors_and_value_errors(tmp_path: Path) -> None
         load_store_config(write_json(tmp_path / "empty.json", {}))
     with pytest.raises(ValueError):
         load_store_config(write_json(tmp_path / "empty.json", {}))
-
-
-@pytest.mark.parametrize(
-    ("attempts", "first", "most"), [(0, 0.005, 0.1), (3, -1.0, 0.1), (3, 0.2, 0.1)], ids=str
-)
-def test_retry_policy_refuses_nonsense(attempts: int, first: float, most: float) -> None:
-    with pytest.raises(ValueError, match="need attempts >= 1"):
-        RetryPolicy(attempts=attempts, first_delay_s=first, max_delay_s=most)
 
 
 @pytest.mark.parametrize(

@@ -98,7 +98,7 @@ def test_latency_batch_and_fault_flags() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--max-num-batched-tokens", "8"], "unrecognized arguments: --max-num-batched-tokens"),
+        (["--tensor-parallel-size", "2"], "unrecognized arguments: --tensor-parallel-size"),
         (["--kv-transfer-config", "{nope"], "--kv-transfer-config: not valid JSON"),
         (["--kv-transfer-config", "[]"], "must be a JSON object"),
         (["--kv-transfer-config", '{"kv_role": "kv_reader"}'], "--kv-transfer-config: kv_role"),
@@ -106,6 +106,22 @@ def test_latency_batch_and_fault_flags() -> None:
         (["--block-size", "0"], "must be >= 1"),
         (["--itl-ms", "fast"], "is not a float"),
         (["--max-b", "3"], "unrecognized arguments: --max-b"),
+        (
+            ["--prefill-tokens-per-s", "10"],
+            "--prefill-tokens-per-s: capacity model settings need --capacity-model",
+        ),
+        (["--no-kv-preemption"], "--kv-preemption: capacity model settings need --capacity-model"),
+        (
+            ["--capacity-model", "--itl-ms", "5"],
+            "--itl-ms: the latency model does not apply with --capacity-model",
+        ),
+        (
+            ["--capacity-model", "--num-gpu-blocks-override", "16", "--max-model-len", "512"],
+            "--max-model-len: 512 tokens need 32 KV blocks of 16, more than --num-gpu-blocks-override 16",
+        ),
+        (["--capacity-model", "--max-num-batched-tokens", "0"], "must be >= 1"),
+        (["--virtual-engines", "0"], "must be >= 1"),
+        (["--port", "65535", "--virtual-engines", "2"], "ports 65535..65536 go beyond 65535"),
     ],
 )
 def test_bad_flags_exit_with_a_message_naming_them(

@@ -52,6 +52,13 @@ async def test_repeated_prefix_hits_the_local_prefix_cache() -> None:
         "local_cache_hit": 32,
         "external_kv_transfer": 0,
     }
+    assert metrics.prompt_tokens_cached_by_source == {
+        "device": 32,
+        "host": 0,
+        "p2p": 0,
+        "disk": 0,
+        "external_unspecified": 0,
+    }
     assert (metrics.prefix_cache_queries, metrics.prefix_cache_hits) == (80, 32)
     assert metrics.external_prefix_cache_queries == 0
 

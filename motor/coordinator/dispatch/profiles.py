@@ -145,10 +145,3 @@ def choose_flow(profile: DispatchProfile, registry: InstanceRegistry) -> Flow:
         "no engine instance is registered with the coordinator yet; wait for the controller to register "
         "instances (see GET /readiness on the management port)",
     )
-
-
-def required_roles(profile: DispatchProfile, configured_roles: set[str]) -> list[str]:
-    """The roles whose presence makes the coordinator ready for its profile."""
-    if profile != DispatchProfile.AGGREGATED:
-        return ["prefill", "decode"]
-    return ["union"] if "union" in configured_roles or not configured_roles else ["prefill"]

@@ -47,15 +47,24 @@ RESOURCES = {
         ResourceType("v1", "Namespace", "namespaces", namespaced=False),
         ResourceType("v1", "ConfigMap", "configmaps"),
         ResourceType("v1", "Secret", "secrets"),
-        ResourceType("v1", "ServiceAccount", "serviceaccounts"),
-        ResourceType("rbac.authorization.k8s.io/v1", "Role", "roles"),
-        ResourceType("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
         ResourceType("v1", "Service", "services"),
         ResourceType("apps/v1", "Deployment", "deployments"),
+        ResourceType("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
+        ResourceType("monitoring.coreos.com/v1", "PodMonitor", "podmonitors"),
+        ResourceType("monitoring.coreos.com/v1", "PrometheusRule", "prometheusrules"),
     )
 }
-# Reverse dependency order: workloads first, the config they mount last.
-DELETE_ORDER = ("Deployment", "Service", "RoleBinding", "Role", "ServiceAccount", "Secret", "ConfigMap")
+# Kinds of the prometheus-operator's CRDs: a cluster without them answers 404 for the whole kind.
+OPTIONAL_KINDS = ("PodMonitor", "PrometheusRule")
+# Reverse dependency order: monitoring and workloads first, the config they mount last.
+DELETE_ORDER = (
+    *OPTIONAL_KINDS,
+    "Deployment",
+    "Service",
+    "NetworkPolicy",
+    "Secret",
+    "ConfigMap",
+)
 
 
 class KubeError(Exception):

@@ -1,10 +1,6 @@
 """Names and labels every motor object carries, so a job's objects can be found and deleted by label."""
 
 CONFIG_MAP = "motor-config"
-CONTROLLER_ACCOUNT = "motor-controller"
-TOKEN_SECRET = "motor-controller-token"
-TOKEN_KEY = "token"
-TOKEN_ENV = "MOTOR_CONTROLLER_TOKEN"
 
 PART_OF = "app.kubernetes.io/part-of"
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -18,8 +14,3 @@ CONFIG_HASH_ANNOTATION = "motor.io/config-sha256"
 
 def owner_labels(job_id: str) -> dict[str, str]:
     return {PART_OF: "motor", MANAGED_BY: "motor", JOB_LABEL: job_id}
-
-
-def owner_selector(job_id: str) -> str:
-    """The label selector matching every object of job `job_id`."""
-    return ",".join(f"{key}={value}" for key, value in owner_labels(job_id).items())

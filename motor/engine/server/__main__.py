@@ -4,6 +4,7 @@ import logging
 import sys
 
 from motor.engine.server.app import ServerOptions, serve
+from motor.runtime.processes import ENGINE_GRACE_S
 
 
 def parse_options(argv: list[str]) -> ServerOptions:
@@ -36,7 +37,9 @@ def parse_options(argv: list[str]) -> ServerOptions:
         default=600.0,
         help="seconds after which a never-healthy engine is abnormal",
     )
-    parser.add_argument("--stop-timeout", type=float, default=20.0, help="seconds from SIGTERM to SIGKILL")
+    parser.add_argument(
+        "--stop-timeout", type=float, default=ENGINE_GRACE_S, help="seconds from SIGTERM to SIGKILL"
+    )
     parser.add_argument(
         "--no-patches",
         action="store_true",

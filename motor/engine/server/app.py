@@ -12,9 +12,9 @@ import aiohttp
 from aiohttp import web
 
 from motor.engine.patches.runtime import shim_dir
-from motor.engine.server.child import EngineProcess, shell_exit_code
 from motor.engine.server.health import HealthTracker
 from motor.protocol.engine import EngineStatus
+from motor.runtime.processes import ENGINE_GRACE_S, Child, shell_exit_code, spawn
 
 log = logging.getLogger("motor.engine.server")
 
@@ -30,7 +30,7 @@ class ServerOptions:
     probe_timeout_s: float = 2.0
     failure_threshold: int = 3
     startup_timeout_s: float = 600.0
-    stop_timeout_s: float = 20.0
+    stop_timeout_s: float = ENGINE_GRACE_S
     apply_patches: bool = True
 
 
@@ -70,9 +70,7 @@ async def serve(options: ServerOptions) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
 
-    engine = EngineProcess(
-        options.command, child_environment(dict(os.environ), apply_patches=options.apply_patches)
-    )
+    engine = start_engine(options)
     log.info("engine started (pid %d): %s", engine.pid, " ".join(options.command))
     health_url = f"http://{_url_host(options.engine_host)}:{options.engine_port}/health"
     timeout = aiohttp.ClientTimeout(total=options.probe_timeout_s)
@@ -89,14 +87,22 @@ async def serve(options: ServerOptions) -> int:
             log.info("stopping the engine (pid %d)", engine.pid)
             code = await asyncio.to_thread(engine.stop, options.stop_timeout_s)
         else:
-            code = await asyncio.to_thread(engine.reap)
+            code = await asyncio.to_thread(engine.kill)
             log.warning("engine (pid %d) exited with code %d", engine.pid, code)
         tracker.engine_exited()
         return shell_exit_code(code)
     finally:
         if engine.exit_code() is None:
-            engine.reap()
+            engine.kill()
         await runner.cleanup()
+
+
+def start_engine(options: ServerOptions) -> Child:
+    """The engine in its own process group, SIGTERMed by the kernel if this server dies."""
+    if not options.command:
+        raise ValueError("no engine command given: pass it after `--`")
+    env = child_environment(dict(os.environ), apply_patches=options.apply_patches)
+    return spawn(options.command, env=env, die_with_parent=True)
 
 
 async def _probe(session: aiohttp.ClientSession, url: str) -> bool:

@@ -76,6 +76,18 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+async def serve_lifespan(receive: Receive, send: Send, *, on_shutdown: Callable[[], Awaitable[None]]) -> None:
+    """The ASGI lifespan protocol: nothing to start, `on_shutdown` on the way out."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await on_shutdown()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
 class SimApp:
     def __init__(
         self, config: SimConfig, *, engine: SimEngine, faults: FaultInjector, metrics: EngineMetrics
@@ -105,21 +117,12 @@ class SimApp:
                     send, SimError(405, f"method {scope['method']} not allowed on {scope['path']}")
                 )
             else:
-                await _send_error(
-                    send, SimError(404, f"no route {scope['path']}; see the motor-sim README section")
-                )
+                await _send_error(send, SimError(404, f"no route {scope['path']}; see docs/sim-engine.md"))
         elif scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
+            await serve_lifespan(receive, send, on_shutdown=self.close)
 
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self._engine.close()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+    async def close(self) -> None:
+        await self._engine.close()
 
     # ---- simple routes -----------------------------------------------------------------------------------
 
@@ -142,6 +145,7 @@ class SimApp:
 
     async def _health(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._faults.faults.health_down:
+            self._metrics.faults_fired["health_down"] += 1
             await _send_error(send, SimError(503, "unhealthy (injected fault health_down)"))
         else:
             await _send_bytes(send, 200, b"", [])
@@ -152,6 +156,9 @@ class SimApp:
             running=self._engine.num_running,
             waiting=self._engine.num_waiting,
             kv_cache_usage=self._engine.kv_cache_usage(),
+            engine=str(self._config.engine_index),
+            queued_prefill_tokens=self._engine.queued_prefill_tokens(),
+            preemptions=self._engine.num_preemptions,
         )
         await _send_bytes(send, 200, text.encode(), [_PROMETHEUS])
 

@@ -12,11 +12,11 @@ from collections.abc import Callable, Sequence
 from pydantic import ValidationError
 
 from motor.config.transfer import KvTransferConfig
+from motor.engine.sim.capacity import CapacityModel, blocks_for
 from motor.engine.sim.config import SimConfig
 from motor.engine.sim.faults import Faults
 from motor.engine.sim.latency import LatencyModel
-
-STORE_CONFIG_ENV = "MOONCAKE_CONFIG_PATH"
+from motor.protocol import env as env_names
 
 
 def _number(kind: Callable[[str], float], low: float, *, inclusive: bool = True) -> Callable[[str], float]:
@@ -50,6 +50,60 @@ def _json_object(text: str) -> dict:
     return value
 
 
+_CAPACITY_DEFAULTS = CapacityModel()
+# (flag, parser, help); each flag's default and field come from CapacityModel.
+_CAPACITY_FLAGS = [
+    (
+        "--prefill-tokens-per-s",
+        _number(float, 0.0),
+        f"prompt tokens computed per second (default {_CAPACITY_DEFAULTS.prefill_tokens_per_s:g}; 0: free)",
+    ),
+    (
+        "--max-num-batched-tokens",
+        _number(int, 1),
+        f"tokens per step: decode tokens plus prefill chunks (default {_CAPACITY_DEFAULTS.max_num_batched_tokens})",
+    ),
+    (
+        "--step-overhead-ms",
+        _number(float, 0.0),
+        f"fixed cost of every step (default {_CAPACITY_DEFAULTS.step_overhead_ms:g})",
+    ),
+    (
+        "--decode-ms-per-seq",
+        _number(float, 0.0),
+        f"step cost per decoding sequence (default {_CAPACITY_DEFAULTS.decode_ms_per_seq:g})",
+    ),
+    (
+        "--decode-ms-per-1k-context",
+        _number(float, 0.0),
+        "step cost per 1000 context tokens of the decoding sequences "
+        f"(default {_CAPACITY_DEFAULTS.decode_ms_per_1k_context:g})",
+    ),
+    (
+        "--kv-link-gb-per-s",
+        _number(float, 0.0),
+        f"bandwidth of the link KV arrives on, 10^9 bytes/s (default {_CAPACITY_DEFAULTS.kv_link_gb_per_s:g}; "
+        "0: unlimited)",
+    ),
+    (
+        "--kv-transfer-latency-ms",
+        _number(float, 0.0),
+        f"fixed cost of each KV transfer (default {_CAPACITY_DEFAULTS.kv_transfer_latency_ms:g})",
+    ),
+    (
+        "--kv-transfer-bytes-per-token",
+        _number(int, 0),
+        "modelled KV bytes per token on the link, independent of the bytes the simulator really moves "
+        f"(default {_CAPACITY_DEFAULTS.kv_transfer_bytes_per_token})",
+    ),
+]
+_LATENCY_FIELDS = ("overhead_ms", "prefill_ms_per_token", "itl_ms", "itl_batch_factor")
+
+
+def _flag_field(flag: str) -> str:
+    return flag.removeprefix("--").replace("-", "_")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m motor.engine.sim",
@@ -70,6 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--max-model-len", type=_number(int, 2), default=8192)
     server.add_argument("--seed", type=int, default=0, help="sampling seed for requests without one")
     server.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    server.add_argument(
+        "--virtual-engines",
+        type=_number(int, 1),
+        default=1,
+        help="engines this process serves, each on its own port (--port, --port + 1, ...; all free ports "
+        "with --port 0) with its own state; engine ids <--engine-id>-<index>",
+    )
 
     kv = parser.add_argument_group("KV cache and transfer")
     kv.add_argument(
@@ -103,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     kv.add_argument(
         "--store-config",
         default=None,
-        help=f"Mooncake store config JSON (default: ${STORE_CONFIG_ENV}); without one there is no pool",
+        help=f"Mooncake store config JSON (default: ${env_names.STORE_CONFIG_PATH}); without one there is no pool",
     )
 
     latency = parser.add_argument_group("latency model (see motor/engine/sim/latency.py)")
@@ -127,6 +188,21 @@ def build_parser() -> argparse.ArgumentParser:
         type=_number(int, 1),
         default=256,
         help="sequences running at once; the rest wait",
+    )
+
+    capacity = parser.add_argument_group(
+        "capacity model (docs/sim-capacity-model.md): prefill queue, decode steps, KV-block budget, KV link; "
+        "replaces the latency model"
+    )
+    capacity.add_argument("--capacity-model", action=argparse.BooleanOptionalAction, default=False)
+    for flag, kind, help_text in _CAPACITY_FLAGS:
+        capacity.add_argument(flag, type=kind, default=None, help=help_text)
+    capacity.add_argument(
+        "--kv-preemption",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="preempt the youngest running request when a decode needs a block and none is free "
+        "(default); without, admission reserves blocks for prompt + max_tokens",
     )
 
     faults = parser.add_argument_group("faults (also settable at runtime: POST /admin/faults)")
@@ -157,6 +233,12 @@ def parse_config(argv: Sequence[str] | None = None, *, environ: dict[str, str] |
             parser.error(f"argument --kv-transfer-config: {_first_error(exc)}")
     engine_id = args.engine_id or transfer.engine_id or ""
     served = tuple(args.served_model_name or [args.model])
+    capacity = _capacity_model(parser, args)
+    if args.port and args.port + args.virtual_engines - 1 > 65535:
+        parser.error(
+            f"argument --virtual-engines: ports {args.port}..{args.port + args.virtual_engines - 1} "
+            "go beyond 65535; lower --port or use --port 0"
+        )
 
     return SimConfig(
         host=args.host,
@@ -175,12 +257,13 @@ def parse_config(argv: Sequence[str] | None = None, *, environ: dict[str, str] |
             itl_ms=args.itl_ms,
             itl_batch_factor=args.itl_batch_factor,
         ),
+        capacity=capacity,
         max_batch=args.max_batch,
         kv_bytes_per_token=args.kv_bytes_per_token,
         kv_wait_timeout_s=args.kv_wait_timeout_s,
         num_kv_blocks=args.num_kv_blocks,
         enable_prefix_caching=args.enable_prefix_caching,
-        store_config_path=args.store_config or env.get(STORE_CONFIG_ENV) or None,
+        store_config_path=args.store_config or env.get(env_names.STORE_CONFIG_PATH) or None,
         faults=Faults(
             crash_after=args.fault_crash_after,
             hang=args.fault_hang,
@@ -192,7 +275,45 @@ def parse_config(argv: Sequence[str] | None = None, *, environ: dict[str, str] |
             health_down=args.fault_health_down,
         ),
         log_level=args.log_level,
+        virtual_engines=args.virtual_engines,
     )
+
+
+def _capacity_model(parser: argparse.ArgumentParser, args: argparse.Namespace) -> CapacityModel:
+    """The capacity model from its flags; they need --capacity-model, which excludes the latency model."""
+    given = {flag: getattr(args, _flag_field(flag)) for flag, _, _ in _CAPACITY_FLAGS}
+    given["--kv-preemption"] = args.kv_preemption
+    given = {flag: value for flag, value in given.items() if value is not None}
+    if not args.capacity_model:
+        if given:
+            parser.error(f"{', '.join(given)}: capacity model settings need --capacity-model")
+        return CapacityModel()
+    latency = [f"--{name.replace('_', '-')}" for name in _LATENCY_FIELDS if getattr(args, name)]
+    if latency:
+        parser.error(f"{', '.join(latency)}: the latency model does not apply with --capacity-model")
+    needed = blocks_for(args.max_model_len, args.block_size)
+    if needed > args.num_kv_blocks:
+        parser.error(
+            f"argument --max-model-len: {args.max_model_len} tokens need {needed} KV blocks of "
+            f"{args.block_size}, more than --num-gpu-blocks-override {args.num_kv_blocks}; raise it or lower "
+            "--max-model-len"
+        )
+    fields = {
+        "preemption" if flag == "--kv-preemption" else _flag_field(flag): value
+        for flag, value in given.items()
+    }
+    return CapacityModel(enabled=True, **fields)
+
+
+def capacity_flags(model: CapacityModel) -> list[str]:
+    """The flags that give an engine `model` (none when it is off): how a launcher passes a capacity model."""
+    if not model.enabled:
+        return []
+    flags = ["--capacity-model"]
+    for flag, _, _ in _CAPACITY_FLAGS:
+        flags += [flag, str(getattr(model, _flag_field(flag)))]
+    flags.append("--kv-preemption" if model.preemption else "--no-kv-preemption")
+    return flags
 
 
 def _first_error(exc: ValidationError) -> str:

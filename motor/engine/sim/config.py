@@ -3,10 +3,12 @@
 from dataclasses import dataclass, field, replace
 
 from motor.config.transfer import KvRole
+from motor.engine.sim.capacity import CapacityModel
 from motor.engine.sim.faults import Faults
 from motor.engine.sim.latency import LatencyModel
+from motor.protocol.engine import SIM_OWNED_BY
 
-OWNED_BY = "motor-sim (simulator, not inference)"
+OWNED_BY = SIM_OWNED_BY
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,7 @@ class SimConfig:
     max_model_len: int = 8192
     seed: int = 0
     latency: LatencyModel = field(default_factory=LatencyModel)
+    capacity: CapacityModel = field(default_factory=CapacityModel)
     max_batch: int = 256
     kv_bytes_per_token: int = 1024
     kv_wait_timeout_s: float = 30.0
@@ -30,10 +33,18 @@ class SimConfig:
     store_config_path: str | None = None
     faults: Faults = field(default_factory=Faults)
     log_level: str = "info"
+    virtual_engines: int = 1
+    engine_index: int = 0  # which of the process's virtual engines this is (its metrics' `engine` label)
 
     def bound_to(self, port: int) -> "SimConfig":
         """The config of the engine listening on `port` (the one the kernel chose for --port 0)."""
         return replace(self, port=port, engine_id=self.engine_id or f"sim-{self.host}-{port}")
+
+    def virtual_engine(self, index: int, port: int) -> "SimConfig":
+        """The config of virtual engine `index` on `port`: its engine id is `<--engine-id>-<index>`, or named
+        after its address when no id was given."""
+        engine_id = f"{self.engine_id}-{index}" if self.engine_id else f"sim-{self.host}-{port}"
+        return replace(self, port=port, engine_id=engine_id, engine_index=index)
 
     @property
     def model_name(self) -> str:

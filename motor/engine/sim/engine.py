@@ -3,9 +3,10 @@ sequence in a continuous batch and derives its output tokens from the KV it hold
 """
 
 import asyncio
+import functools
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,9 +24,12 @@ from motor.engine.sim.kv_blocks import (
     transfer_key,
 )
 from motor.engine.sim.kv_pool import KvPool
+from motor.engine.sim.latency import LatencyModel
 from motor.engine.sim.metrics import EngineMetrics
 from motor.engine.sim.prefix_cache import HeldBlock, PrefixCache
 from motor.engine.sim.sampling import output_token
+from motor.engine.sim.step_loop import StepLoop
+from motor.engine.sim.step_scheduler import ScheduledSequence, StepScheduler
 from motor.engine.sim.tokenizer import EOS_ID
 from motor.engine.sim.transfer import (
     RemoteKvLocator,
@@ -66,6 +70,7 @@ class _PromptKv:
     blocks: list[HeldBlock]
     local_hits: int = 0
     in_pool: list[bool] | None = None  # per shareable block, when the pool was asked
+    handed_over: bool = False  # the pool blocks are the ones a prefill named in kv_transfer_params
 
 
 class SimEngine:
@@ -82,16 +87,43 @@ class SimEngine:
         self._slots = asyncio.Semaphore(config.max_batch)
         self._running: set[Sequence] = set()
         self._waiting = 0
+        self._prefilling_tokens = 0
+        self._steps: StepLoop | None = None
+        if config.capacity.enabled:
+            scheduler = StepScheduler(
+                config.capacity,
+                num_blocks=config.num_kv_blocks,
+                block_size=config.block_size,
+                max_num_seqs=config.max_batch,
+            )
+            self._steps = StepLoop(scheduler, slowdown=self._slowdown)
 
     @property
     def num_running(self) -> int:
+        if self._steps is not None:
+            return self._steps.scheduler.num_running
         return len(self._running)
 
     @property
     def num_waiting(self) -> int:
+        """Requests not running yet: looking up or waiting for their KV, hung, or queued for admission."""
+        if self._steps is not None:
+            return self._waiting + self._steps.scheduler.num_waiting
         return self._waiting
 
+    @property
+    def num_preemptions(self) -> int:
+        return 0 if self._steps is None else self._steps.scheduler.preemptions
+
+    def queued_prefill_tokens(self) -> int:
+        """Prompt tokens admitted but not computed yet (with the capacity model: queued behind other prompts)."""
+        if self._steps is not None:
+            return self._steps.scheduler.queued_prefill_tokens()
+        return self._prefilling_tokens
+
     def kv_cache_usage(self) -> float:
+        if self._steps is not None:
+            return self._steps.scheduler.kv_usage()
         if self._config.num_kv_blocks <= 0:
             return 0.0
         block_size = self._config.block_size
@@ -102,25 +134,43 @@ class SimEngine:
         return min(used / self._config.num_kv_blocks, 1.0)
 
     async def close(self) -> None:
+        if self._steps is not None:
+            await self._steps.close()
         await self._locator.close()
 
-    async def generate(self, seq: Sequence) -> AsyncIterator[tuple[int, str | None]]:
+    def generate(self, seq: Sequence) -> AsyncIterator[tuple[int, str | None]]:
         """Yield (token id, finish reason or None) per output token. Close the generator to abort."""
+        if self._steps is None:
+            return self._generate_timed(seq)
+        return self._generate_stepped(seq, self._steps)
+
+    async def _prepare(self, seq: Sequence, *, take_slot: bool) -> tuple[list[bytes], _PromptKv]:
+        """Everything before compute: the error fault, the hang fault, the prompt's KV (local cache, pool, remote
+        prefill) and, for the latency model, a batch slot. The request counts as waiting meanwhile."""
         if self._faults.draw_error():
             self._metrics.injected_errors += 1
+            self._metrics.faults_fired["error_rate"] += 1
             self._metrics.finished["error"] += 1
             raise SimError(500, "injected fault: error_rate (the simulator failed this request on purpose)")
         self._waiting += 1
         try:
+            if self._faults.faults.hang:
+                self._metrics.faults_fired["hang"] += 1
             await self._faults.hold_while_hanging()
             hashes = block_hashes(seq.request.prompt_token_ids, self._config.block_size, self._root)
             prompt_kv = await self._obtain_prompt_kv(seq, hashes)
-            await self._slots.acquire()
+            if take_slot:
+                await self._slots.acquire()
         except BaseException as exc:
             self._record_unfinished(seq, exc)
             raise
         finally:
             self._waiting -= 1
+        return hashes, prompt_kv
+
+    async def _generate_timed(self, seq: Sequence) -> AsyncIterator[tuple[int, str | None]]:
+        """The latency model: prefill and every inter-token gap are sleeps of their own (no contention)."""
+        hashes, prompt_kv = await self._prepare(seq, take_slot=True)
         self._running.add(seq)
         try:
             context = await self._prefill(seq, hashes, prompt_kv)
@@ -132,6 +182,47 @@ class SimEngine:
         finally:
             self._running.discard(seq)
             self._slots.release()
+
+    async def _generate_stepped(
+        self, seq: Sequence, steps: StepLoop
+    ) -> AsyncIterator[tuple[int, str | None]]:
+        """The capacity model: the step loop computes the prompt and emits the tokens; this relays them."""
+        hashes, prompt_kv = await self._prepare(seq, take_slot=False)
+        try:
+            context = self._compute_prompt_kv(seq, hashes, prompt_kv)
+            tokens = _SteppedTokens(seq, functools.partial(self._next_token, seq, context))
+            job = ScheduledSequence(
+                tokens.emit,
+                prompt_tokens=len(seq.request.prompt_token_ids),
+                max_tokens=seq.request.max_tokens,
+                cached_tokens=seq.cached_tokens,
+                transfer_tokens=seq.cached_tokens - prompt_kv.local_hits * self._config.block_size,
+                shared_blocks=tuple(hashes) if self._config.enable_prefix_caching else (),
+                on_failure=tokens.fail,
+            )
+            try:
+                steps.submit(job)
+            except ValueError as exc:
+                raise SimError(400, str(exc)) from None
+            try:
+                await tokens.wait_for(1)
+                await self._publish_prompt_kv(seq, hashes, prompt_kv)
+                sent = 0
+                while True:
+                    await tokens.wait_for(sent + 1)
+                    output = seq.output_token_ids
+                    while sent < len(output):
+                        token = output[sent]
+                        sent += 1
+                        finish = seq.finish_reason if sent == len(output) else None
+                        yield token, finish
+                        if finish is not None:
+                            return
+            finally:
+                steps.abort(job)
+        except BaseException as exc:
+            self._record_unfinished(seq, exc)
+            raise
 
     def _record_unfinished(self, seq: Sequence, exc: BaseException) -> None:
         """Count a sequence that ends early: an error, or an abort (client gone, generator closed)."""
@@ -159,6 +250,7 @@ class SimEngine:
             prompt_kv.in_pool = await self._pool.present(keys)
             first_missing = next((i for i, present in enumerate(prompt_kv.in_pool) if not present), len(keys))
             keys = keys[len(local) : max(first_missing, len(local))]
+        prompt_kv.handed_over = remote_keys is not None
         for kv in await self._pool.fetch(keys):
             if kv is None or len(kv) != self._config.block_bytes:
                 break
@@ -167,6 +259,21 @@ class SimEngine:
 
     async def _prefill(self, seq: Sequence, hashes: list[bytes], prompt_kv: _PromptKv) -> bytes:
         """Compute what the sequence lacks, pay the prefill time, share the blocks; returns the KV fingerprint."""
+        context = self._compute_prompt_kv(seq, hashes, prompt_kv)
+        uncached = len(seq.request.prompt_token_ids) - seq.cached_tokens
+        self._prefilling_tokens += uncached
+        latency = self._config.latency
+        if self._slowdown() != 1.0 and latency != LatencyModel():
+            self._metrics.faults_fired["slowdown"] += 1
+        try:
+            await self._sleep(latency.prefill_seconds(uncached, self._slowdown()))
+        finally:
+            self._prefilling_tokens -= uncached
+        await self._publish_prompt_kv(seq, hashes, prompt_kv)
+        return context
+
+    def _compute_prompt_kv(self, seq: Sequence, hashes: list[bytes], prompt_kv: _PromptKv) -> bytes:
+        """Count the prompt's tokens by source and compute the blocks it lacks; returns the KV fingerprint."""
         config = self._config
         prompt = seq.request.prompt_token_ids
         self._count_prompt(seq, prompt_kv)
@@ -179,13 +286,13 @@ class SimEngine:
         tail_kv = compute_kv(
             chain_hash(hashes[-1] if hashes else self._root, tail), len(tail) * config.kv_bytes_per_token
         )
-        context = context_digest([block.digest for block in blocks] + [kv_digest(tail_kv)])
+        return context_digest([block.digest for block in blocks] + [kv_digest(tail_kv)])
 
-        await self._sleep(config.latency.prefill_seconds(len(prompt) - seq.cached_tokens, self._slowdown()))
-        for block_hash, block in zip(hashes, blocks, strict=True):
+    async def _publish_prompt_kv(self, seq: Sequence, hashes: list[bytes], prompt_kv: _PromptKv) -> None:
+        """The prompt's blocks are computed: keep them in the prefix cache and share them through the pool."""
+        for block_hash, block in zip(hashes, prompt_kv.blocks, strict=True):
             self._prefix_cache.insert(block_hash, block)
         await self._share_kv(seq, hashes, prompt_kv)
-        return context
 
     def _count_prompt(self, seq: Sequence, prompt_kv: _PromptKv) -> None:
         block_size = self._config.block_size
@@ -198,6 +305,9 @@ class SimEngine:
         metrics.prompt_tokens_by_source["local_cache_hit"] += local_tokens
         metrics.prompt_tokens_by_source["external_kv_transfer"] += external_tokens
         metrics.prompt_tokens_by_source["local_compute"] += num_prompt - seq.cached_tokens
+        metrics.prompt_tokens_cached_by_source["device"] += local_tokens
+        external_tier = "p2p" if prompt_kv.handed_over else "external_unspecified"
+        metrics.prompt_tokens_cached_by_source[external_tier] += external_tokens
         if self._config.enable_prefix_caching:
             metrics.prefix_cache_queries += num_prompt
             metrics.prefix_cache_hits += local_tokens
@@ -240,25 +350,31 @@ class SimEngine:
             await self._pool.write_manifest(transfer_key(config.model_name, transfer.transfer_id), manifest)
 
     async def _decode(self, seq: Sequence, context: bytes) -> AsyncIterator[tuple[int, str | None]]:
-        request = seq.request
         latency = self._config.latency
-        for position in range(request.max_tokens):
+        for position in range(seq.request.max_tokens):
             if position:
                 await self._sleep(latency.inter_token_seconds(len(self._running), self._slowdown()))
-            token = output_token(context, request.seed, position, allow_eos=position >= request.min_tokens)
-            seq.output_token_ids.append(token)
-            self._metrics.generation_tokens += 1
-            finish = None
-            if token == EOS_ID and not request.ignore_eos:
-                finish = "stop"
-            elif position + 1 == request.max_tokens:
-                finish = "length"
-            if finish is not None:
-                seq.finish_reason = finish
-                self._metrics.finished[finish] += 1
+            token, finish = self._next_token(seq, context)
             yield token, finish
             if finish is not None:
                 return
+
+    def _next_token(self, seq: Sequence, context: bytes) -> tuple[int, str | None]:
+        """Append the sequence's next output token; returns it and the finish reason once it is the last."""
+        request = seq.request
+        position = len(seq.output_token_ids)
+        token = output_token(context, request.seed, position, allow_eos=position >= request.min_tokens)
+        seq.output_token_ids.append(token)
+        self._metrics.generation_tokens += 1
+        finish = None
+        if token == EOS_ID and not request.ignore_eos:
+            finish = "stop"
+        elif position + 1 == request.max_tokens:
+            finish = "length"
+        if finish is not None:
+            seq.finish_reason = finish
+            self._metrics.finished[finish] += 1
+        return token, finish
 
     def _slowdown(self) -> float:
         return self._faults.faults.slowdown
@@ -267,3 +383,41 @@ class SimEngine:
     async def _sleep(seconds: float) -> None:
         if seconds > 0:
             await asyncio.sleep(seconds)
+
+
+class _SteppedTokens:
+    """Hands the tokens the step loop emits for one sequence to the coroutine answering its request."""
+
+    def __init__(self, seq: Sequence, next_token: Callable[[], tuple[int, str | None]]) -> None:
+        self._seq = seq
+        self._next_token = next_token
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: SimError | None = None
+
+    def emit(self) -> bool:
+        """Called by the scheduler once per token; True when that was the last one."""
+        _, finish = self._next_token()
+        self._wake()
+        return finish is not None
+
+    def fail(self, exc: BaseException) -> None:
+        self._error = (
+            exc if isinstance(exc, SimError) else SimError(500, f"motor-sim internal error: {exc!r}")
+        )
+        self._wake()
+
+    async def wait_for(self, count: int) -> None:
+        """Until the sequence has `count` output tokens (or finished with fewer); raises when the loop failed."""
+        seq = self._seq
+        while len(seq.output_token_ids) < count and seq.finish_reason is None:
+            if self._error is not None:
+                raise self._error
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)

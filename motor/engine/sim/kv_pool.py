@@ -1,6 +1,7 @@
 """The engine's view of the Mooncake pool: async calls on the synchronous store client, with the KV faults.
 
-Store calls run on a small thread pool so the event loop never blocks on the C++ client. Failures of the
+Store calls run on a small thread pool (shared by the virtual engines of a process, like the client) so the
+event loop never blocks on the C++ client. Failures of the
 store are logged and reported to the caller as "no KV" (the engine then recomputes), never raised.
 """
 
@@ -8,7 +9,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from typing import Any, TypeVar
 
 from motor.engine.sim.faults import FaultInjector
@@ -29,12 +30,12 @@ def corrupt(kv: bytes) -> bytes:
 
 class KvPool:
     def __init__(
-        self, client: StoreClient, *, faults: FaultInjector, metrics: EngineMetrics, threads: int = 4
+        self, client: StoreClient, *, executor: Executor, faults: FaultInjector, metrics: EngineMetrics
     ):
         self._client = client
+        self._executor = executor
         self._faults = faults
         self._metrics = metrics
-        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="sim-store")
 
     async def _call(self, function: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
@@ -56,6 +57,7 @@ class KvPool:
         faults = self._faults.faults
         if faults.kv_get_fail:
             self._metrics.kv_get_failures += 1
+            self._metrics.faults_fired["kv_get_fail"] += 1
             log.warning("fault kv_get_fail: reading %d KV blocks fails", len(keys))
             return [None] * len(keys)
         try:
@@ -66,6 +68,7 @@ class KvPool:
             return [None] * len(keys)
         self._metrics.kv_blocks_fetched += sum(value is not None for value in values)
         if faults.kv_corrupt:
+            self._metrics.faults_fired["kv_corrupt"] += 1
             log.warning("fault kv_corrupt: flipping bytes in %d fetched KV blocks", len(values))
             return [None if value is None else corrupt(value) for value in values]
         return values
@@ -76,6 +79,7 @@ class KvPool:
             return None
         if self._faults.faults.kv_put_fail:
             self._metrics.kv_put_failures += 1
+            self._metrics.faults_fired["kv_put_fail"] += 1
             return "KV write to the pool failed (injected fault kv_put_fail)"
         try:
             await self._call(self._client.put_batch, items)
@@ -109,6 +113,3 @@ class KvPool:
             log.warning("transfer manifest %s is not JSON; ignoring it", key)
             return None
         return manifest if isinstance(manifest, dict) else None
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -3,7 +3,12 @@
 from dataclasses import dataclass, field
 
 TOKEN_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
+# vLLM's cache tiers for cached prompt tokens: the sim's local prefix cache is "device", KV a prefill handed over
+# through kv_transfer_params is "p2p", blocks found in the pool by the prompt's own hashes "external_unspecified".
+CACHE_HIT_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
 FINISH_REASONS = ("stop", "length", "abort", "error")
+# The faults whose every action is counted (crash_after ends the process: its proof is the exit and its log line).
+COUNTED_FAULTS = ("hang", "slowdown", "error_rate", "kv_put_fail", "kv_get_fail", "kv_corrupt", "health_down")
 
 
 def _escape(value: str) -> str:
@@ -15,6 +20,9 @@ class EngineMetrics:
     prompt_tokens: int = 0
     generation_tokens: int = 0
     prompt_tokens_by_source: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_SOURCES, 0))
+    prompt_tokens_cached_by_source: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(CACHE_HIT_SOURCES, 0)
+    )
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
     external_prefix_cache_queries: int = 0
@@ -25,9 +33,20 @@ class EngineMetrics:
     kv_put_failures: int = 0
     kv_get_failures: int = 0
     injected_errors: int = 0
+    faults_fired: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTED_FAULTS, 0))
 
-    def render(self, *, model_name: str, running: int, waiting: int, kv_cache_usage: float) -> str:
-        labels = f'engine="0",model_name="{_escape(model_name)}"'
+    def render(
+        self,
+        *,
+        model_name: str,
+        running: int,
+        waiting: int,
+        kv_cache_usage: float,
+        engine: str = "0",
+        queued_prefill_tokens: int = 0,
+        preemptions: int = 0,
+    ) -> str:
+        labels = f'engine="{_escape(engine)}",model_name="{_escape(model_name)}"'
         lines: list[str] = []
 
         def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
@@ -48,6 +67,15 @@ class EngineMetrics:
         single(
             "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", kv_cache_usage
         )
+        single(
+            "vllm:num_preemptions", "counter", "Requests preempted (KV freed, recomputed later).", preemptions
+        )
+        single(
+            "motor_sim_queued_prefill_tokens",
+            "gauge",
+            "Prompt tokens admitted or waiting whose prefill has not been computed yet.",
+            queued_prefill_tokens,
+        )
         single("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.", self.prompt_tokens)
         single(
             "vllm:generation_tokens",
@@ -60,6 +88,13 @@ class EngineMetrics:
             "counter",
             "Number of prompt tokens by source.",
             [(f'source="{source}"', count) for source, count in self.prompt_tokens_by_source.items()],
+        )
+        metric(
+            "vllm:prompt_tokens_cached_by_source",
+            "counter",
+            "Prefix-cache hit tokens by the cache tier that supplied them: device (the local prefix cache), p2p "
+            "(handed over by a prefill through kv_transfer_params) or external_unspecified (found in the pool).",
+            [(f'source="{source}"', count) for source, count in self.prompt_tokens_cached_by_source.items()],
         )
         single(
             "vllm:prefix_cache_queries",
@@ -99,6 +134,13 @@ class EngineMetrics:
             "counter",
             "Requests failed by the error-rate fault.",
             self.injected_errors,
+        )
+        metric(
+            "motor_sim_faults_fired",
+            "counter",
+            "Times an injected fault acted: requests held (hang), slowed (slowdown) or failed (error_rate), "
+            "pool reads or writes failed or corrupted (kv_*), health probes answered 503 (health_down).",
+            [(f'fault="{fault}"', count) for fault, count in self.faults_fired.items()],
         )
         lines.append("")
         return "\n".join(lines)

@@ -6,16 +6,19 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import uvicorn
 
 from motor.engine.sim.app import SimApp
+from motor.engine.sim.capacity import CapacityModel
 from motor.engine.sim.cli import parse_config
 from motor.engine.sim.config import SimConfig
 from motor.engine.sim.engine import SimEngine
 from motor.engine.sim.faults import FaultInjector
 from motor.engine.sim.kv_pool import KvPool
 from motor.engine.sim.metrics import EngineMetrics
+from motor.engine.sim.virtual import VirtualEngines
 from motor.pool.store import StoreClient, StoreError, load_store_config
 
 log = logging.getLogger("motor.engine.sim")
@@ -23,6 +26,7 @@ log = logging.getLogger("motor.engine.sim")
 CRASH_EXIT_CODE = 3
 # Lets the response that completed the crash count reach the client before the process dies.
 _CRASH_DELAY_S = 0.02
+_STORE_THREADS = 4
 
 
 def _crash(completed: int) -> None:
@@ -43,17 +47,26 @@ def _connect_store(config: SimConfig) -> StoreClient | None:
     return client
 
 
-def _banner(config: SimConfig) -> str:
+def _banner(config: SimConfig, where: str) -> str:
     latency = config.latency
+    if config.capacity.enabled:
+        model = f"capacity model {_capacity_summary(config.capacity)}"
+    else:
+        model = (
+            f"latency overhead {latency.overhead_ms:g} ms + {latency.prefill_ms_per_token:g} ms/uncached token, "
+            f"ITL {latency.itl_ms:g} ms × (1 + {latency.itl_batch_factor:g}·(batch−1))"
+        )
     return (
-        f"motor-sim engine on http://{config.host}:{config.port}: a SIMULATOR for tests, not inference. "
+        f"motor-sim {where}: a SIMULATOR for tests, not inference. "
         f"model {config.model_name!r}, kv_role "
         f"{config.kv_role}, engine_id {config.engine_id!r}, block_size {config.block_size}, "
-        f"kv_bytes_per_token {config.kv_bytes_per_token}, max_batch {config.max_batch}; latency overhead "
-        f"{latency.overhead_ms:g} ms + {latency.prefill_ms_per_token:g} ms/uncached token, ITL "
-        f"{latency.itl_ms:g} ms × (1 + {latency.itl_batch_factor:g}·(batch−1)); faults "
+        f"kv_bytes_per_token {config.kv_bytes_per_token}, max_batch {config.max_batch}; {model}; faults "
         f"{config.faults.model_dump(exclude_defaults=True) or 'none'}"
     )
+
+
+def _capacity_summary(capacity: CapacityModel) -> str:
+    return ", ".join(f"{name}={value}" for name, value in vars(capacity).items() if name != "enabled")
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -69,6 +82,30 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _listen_all(config: SimConfig) -> list[socket.socket]:
+    """One listening socket per virtual engine: --port, --port + 1, ... (free ports for --port 0)."""
+    listeners: list[socket.socket] = []
+    for index in range(config.virtual_engines):
+        port = config.port + index if config.port else 0
+        try:
+            listeners.append(_listen(config.host, port))
+        except OSError as exc:
+            for listener in listeners:
+                listener.close()
+            raise OSError(f"cannot listen on {config.host}:{port}: {exc}") from exc
+    return listeners
+
+
+def _engine_app(config: SimConfig, client: StoreClient | None, executor: ThreadPoolExecutor | None) -> SimApp:
+    metrics = EngineMetrics()
+    faults = FaultInjector(config.faults, seed=config.seed, on_crash=_crash)
+    pool = None
+    if client is not None and executor is not None:
+        pool = KvPool(client, executor=executor, faults=faults, metrics=metrics)
+    engine = SimEngine(config, pool=pool, faults=faults, metrics=metrics)
+    return SimApp(config, engine=engine, faults=faults, metrics=metrics)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_config(argv)
     logging.basicConfig(
@@ -77,34 +114,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        listener = _listen(config.host, config.port)
+        listeners = _listen_all(config)
     except OSError as exc:
-        log.error(
-            "cannot listen on %s:%d: %s; choose another --port (0 picks a free one)",
-            config.host,
-            config.port,
-            exc,
-        )
+        log.error("%s; choose another --port (0 picks a free one)", exc)
         return 1
-    config = config.bound_to(listener.getsockname()[1])
-    log.warning(_banner(config))
+    ports = [listener.getsockname()[1] for listener in listeners]
+    if config.virtual_engines == 1:
+        configs = [config.bound_to(ports[0])]
+        log.warning(_banner(configs[0], f"engine on http://{config.host}:{ports[0]}"))
+    else:
+        configs = [config.virtual_engine(index, port) for index, port in enumerate(ports)]
+        log.warning(_banner(configs[0], f"{len(configs)} virtual engines on {config.host} (engine 0 shown)"))
     try:
         client = _connect_store(config)
     except StoreError as exc:
         log.error("cannot use the KV pool: %s", exc)
-        listener.close()
+        for listener in listeners:
+            listener.close()
         return 1
 
-    metrics = EngineMetrics()
-    faults = FaultInjector(config.faults, seed=config.seed, on_crash=_crash)
-    pool = None if client is None else KvPool(client, faults=faults, metrics=metrics)
-    engine = SimEngine(config, pool=pool, faults=faults, metrics=metrics)
-    app = SimApp(config, engine=engine, faults=faults, metrics=metrics)
+    executor = None
+    if client is not None:
+        executor = ThreadPoolExecutor(max_workers=_STORE_THREADS, thread_name_prefix="sim-store")
+    apps = {engine.port: _engine_app(engine, client, executor) for engine in configs}
+    app = apps[ports[0]] if len(apps) == 1 else VirtualEngines(apps)
     server = uvicorn.Server(
         uvicorn.Config(
             app,
             host=config.host,
-            port=config.port,
+            port=ports[0],
             loop="uvloop",
             http="httptools",
             lifespan="on",
@@ -116,12 +154,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             date_header=False,
         )
     )
-    log.warning("motor-sim listening on http://%s:%d", config.host, config.port)
+    for engine in configs:
+        if len(configs) == 1:
+            log.warning("motor-sim listening on http://%s:%d", engine.host, engine.port)
+        else:
+            log.warning(
+                "motor-sim listening on http://%s:%d (virtual engine %d, engine_id %s)",
+                engine.host,
+                engine.port,
+                engine.engine_index,
+                engine.engine_id,
+            )
     try:
-        server.run(sockets=[listener])
+        server.run(sockets=listeners)
     finally:
-        if pool is not None:
-            pool.close()
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
         if client is not None:
             client.close()
     return 0 if server.started else 1

@@ -11,25 +11,26 @@ Decode leg (`do_remote_prefill`), by what the params carry:
 - none of these: find the prompt's own blocks in the pool by hash (store-style connectors).
 """
 
-import asyncio
 import logging
 import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tenacity import AsyncRetrying, RetryCallState, retry_if_result
+
 from motor.engine.sim.config import SimConfig
 from motor.engine.sim.errors import SimError, bad_request
 from motor.engine.sim.kv_blocks import transfer_key
 from motor.engine.sim.kv_pool import KvPool
+from motor.runtime.backoff import Backoff
 
 if TYPE_CHECKING:
     import aiohttp
 
 log = logging.getLogger(__name__)
 
-_POLL_FIRST_S = 0.002
-_POLL_MAX_S = 0.05
+MANIFEST_POLL = Backoff(initial_s=0.002, factor=2.0, cap_s=0.05)
 
 
 @dataclass(frozen=True)
@@ -166,24 +167,28 @@ class RemoteKvLocator:
             log.warning("transfer %s: no KV pool configured, the decode recomputes the prompt", transfer_id)
             return []
         key = transfer_key(self._config.model_name, transfer_id)
-        delay = _POLL_FIRST_S
-        while True:
-            manifest = await self._pool.read_manifest(key)
-            if manifest is not None:
-                if manifest.get("kv_error"):
-                    log.warning("transfer %s: prefill reported no KV: %s", transfer_id, manifest["kv_error"])
-                keys = manifest.get("block_keys")
-                return [key for key in keys if isinstance(key, str)] if isinstance(keys, list) else []
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise SimError(
-                    504,
-                    f"timed out after {self._config.kv_wait_timeout_s:g}s waiting for the KV of transfer "
-                    f"{transfer_id} (no manifest at pool key {key}); check that its prefill leg runs on a "
-                    "kv_producer/kv_both engine serving the same model with the same pool",
-                )
-            await asyncio.sleep(min(delay, remaining))
-            delay = min(delay * 2, _POLL_MAX_S)
+
+        def until_deadline(state: RetryCallState) -> float:
+            return min(MANIFEST_POLL.wait(state), max(0.0, deadline - time.monotonic()))
+
+        polling = AsyncRetrying(
+            retry=retry_if_result(lambda manifest: manifest is None),
+            wait=until_deadline,
+            stop=lambda _: time.monotonic() >= deadline,
+            retry_error_callback=lambda _: None,
+        )
+        manifest = await polling(self._pool.read_manifest, key)
+        if manifest is None:
+            raise SimError(
+                504,
+                f"timed out after {self._config.kv_wait_timeout_s:g}s waiting for the KV of transfer "
+                f"{transfer_id} (no manifest at pool key {key}); check that its prefill leg runs on a "
+                "kv_producer/kv_both engine serving the same model with the same pool",
+            )
+        if manifest.get("kv_error"):
+            log.warning("transfer %s: prefill reported no KV: %s", transfer_id, manifest["kv_error"])
+        keys = manifest.get("block_keys")
+        return [key for key in keys if isinstance(key, str)] if isinstance(keys, list) else []
 
     def _client(self) -> "aiohttp.ClientSession":
         if self._session is None:

@@ -1,0 +1,648 @@
+"""Every user_config.json / env.json key MindIE-PyMotor knows, and what motor does with it.
+
+One row per key path. `implemented`: motor's model has the key with pyMotor's meaning. `passed through`: motor
+does not interpret the key but hands it on where pyMotor does. `warned`: motor does not implement it; the loader
+removes it (with everything below it) and warns once, naming the path and what motor does instead.
+
+The loader consults this table, so a key pyMotor knows is never reported as unknown, and docs/pymotor-compat.md
+is generated from it (`python -m motor.config.compat_doc docs/pymotor-compat.md`).
+"""
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from motor.config.compat import ENGINE_SECTIONS, NODE_MANAGER_KEY
+
+
+class Status(StrEnum):
+    IMPLEMENTED = "implemented"
+    PASSED_THROUGH = "passed through"
+    WARNED = "warned"
+
+
+@dataclass(frozen=True)
+class PyMotorKey:
+    path: str  # dotted JSON path; env.json keys start with "env.json:"
+    status: Status
+    note: str = ""
+
+    @property
+    def parent(self) -> str:
+        if self.path.startswith(ENV_PREFIX):
+            return ENV_PREFIX
+        return self.path.rpartition(".")[0]
+
+    @property
+    def key(self) -> str:
+        return self.path.removeprefix(ENV_PREFIX).rpartition(".")[2]
+
+
+NODE_MANAGER = NODE_MANAGER_KEY
+ENV_PREFIX = "env.json:"
+
+_ROWS: list[PyMotorKey] = []
+
+
+def _add(parent: str, status: Status, keys: str, note: str = "") -> None:
+    for key in keys.split():
+        path = f"{parent}.{key}" if parent and parent != ENV_PREFIX else parent + key
+        _ROWS.append(PyMotorKey(path, status, note))
+
+
+def _implemented(parent: str, keys: str, note: str = "") -> None:
+    _add(parent, Status.IMPLEMENTED, keys, note)
+
+
+def _warned(parent: str, keys: str, note: str) -> None:
+    _add(parent, Status.WARNED, keys, note)
+
+
+def _passed(parent: str, keys: str, note: str) -> None:
+    _add(parent, Status.PASSED_THROUGH, keys, note)
+
+
+def _warned_section(path: str, subkeys: str, note: str) -> None:
+    """A whole section motor ignores: the section row decides, its known sub-keys are listed for the record."""
+    _warned("", path, note)
+    _warned(path, subkeys, f"ignored with {path.rpartition('.')[2]}")
+
+
+# ---- shared section shapes --------------------------------------------------------------------------------
+
+_LOG_NOTE = (
+    "motor components log to stderr (local: the run directory's log files; Kubernetes: container logs); "
+    "format, files and rotation are not configurable"
+)
+_LOG_EXTRAS = (
+    "log_max_line_length log_format log_date_format host_log_dir log_rotation_size log_rotation_count "
+    "log_compress log_compress_level log_max_total_size log_cleanup_interval log_collector_enabled "
+    "third_party_log_levels log_file"
+)
+_TLS_KEYS = "enable_tls ca_file cert_file key_file passwd_file crl_file"
+_TLS_NOTE = "motor has no such channel; the TLS settings motor implements are infer, mgmt and etcd"
+_TLS_FIELDS_NOTE = (
+    "PEM paths (absolute); the server presents cert_file/key_file and requires client certificates signed by "
+    "ca_file when it is set; clients verify peers with ca_file; passwd_file holds key_file's password; see "
+    "docs/security.md"
+)
+
+
+def _tls(parent: str, key: str, note: str) -> None:
+    """A TLS section motor implements: {enable_tls, ca_file, cert_file, key_file, passwd_file, crl_file}."""
+    _implemented(parent, key, note)
+    _implemented(f"{parent}.{key}", _TLS_KEYS, _TLS_FIELDS_NOTE)
+
+
+_STANDBY_KEYS = (
+    "enable_master_standby master_standby_check_interval master_lock_ttl master_lock_retry_interval "
+    "master_lock_max_failures master_lock_key"
+)
+_STANDBY_NOTE = "motor runs one replica and relies on its supervisor (local) or Kubernetes to restart it"
+_PORT_ALLOCATOR_KEYS = "enable scan_range probe_timeout_seconds remote_check_timeout_seconds bind_host"
+_PORT_ALLOCATOR_NOTE = "motor assigns ports from the config deterministically; `motor validate` lists them"
+_METADATA_NOTE = "motor's objects carry motor's own labels and annotations only"
+
+
+def _logging(owner: str) -> None:
+    path = f"{owner}.logging_config"
+    _implemented(owner, "logging_config")
+    _implemented(path, "log_level")
+    _warned(path, _LOG_EXTRAS, _LOG_NOTE)
+
+
+def _node_manager(parent: str) -> None:
+    _implemented(parent, NODE_MANAGER)
+    path = f"{parent}.{NODE_MANAGER}" if parent else NODE_MANAGER
+    _logging(path)
+    _implemented(path, "api_config endpoint_config basic_config")
+    _implemented(f"{path}.api_config", "node_manager_port")
+    _warned(
+        f"{path}.api_config", "pod_ip", "the node manager advertises its pod IP (Kubernetes) or 127.0.0.1"
+    )
+    _implemented(f"{path}.endpoint_config", "base_port", "engine API port; its status port is base_port + 1")
+    _warned(
+        f"{path}.endpoint_config",
+        "endpoint_num service_ports mgmt_ports bootstrap_port",
+        "derived by pyMotor at run time; motor runs one engine server per instance on base_port",
+    )
+    _implemented(f"{path}.basic_config", "heartbeat_interval_seconds")
+    _warned(
+        f"{path}.basic_config",
+        "job_name role model_name engine_type dispatch_capabilities hardware_type device_num parallel_config "
+        "enable_multi_endpoints nnodes",
+        "filled in by pyMotor at run time; motor derives them from the deploy and engine sections",
+    )
+    _warned_section(
+        f"{path}.fault_tolerance_config",
+        "enable_fault_tolerance zmq_pub_port poll_interval_sec poll_timeout_sec max_poll_failures "
+        "enable_engine_relaunch engine_restart_wait_timeout_sec engine_restart_freeze_sec",
+        "the node manager restarts a dead engine with backoff and reports it to the controller",
+    )
+    _warned_section(
+        f"{path}.snapshot_config",
+        "enable_snapshot snapshot_metadata_path",
+        "container snapshots are not supported",
+    )
+    _warned_section(
+        f"{path}.vllm_startup_acceleration_config",
+        "enable_startup_plan enable_graph_reuse cache_root",
+        "set the vLLM options in engine_config and caches through env.json",
+    )
+    _warned_section(
+        f"{path}.single_container_config",
+        "single_container_flag node_manager_port_offset base_port_offset device_offset device_num kv_port "
+        "lookup_rpc_port dp_rpc_port",
+        "computed by pyMotor at run time; motor shifts ports per instance itself (deploy_mode single_container)",
+    )
+    _warned_section(f"{path}.port_allocator_config", _PORT_ALLOCATOR_KEYS, _PORT_ALLOCATOR_NOTE)
+    _tls(path, "mgmt_tls_config", "the node manager's API and its calls to the controller")
+    _warned_section(
+        f"{path}.kv_cache_store_config",
+        "enable backend service local_service_mode dram_size port config_store_port local_config_path",
+        "filled in by pyMotor at run time from the top-level kv_cache_store_config",
+    )
+
+
+# ---- top level --------------------------------------------------------------------------------------------
+
+_implemented("", "version", 'must be "v2.0"')
+_implemented(
+    "",
+    "motor_deploy_config motor_controller_config motor_coordinator_config "
+    "motor_engine_prefill_config motor_engine_decode_config motor_engine_union_config kv_cache_pool_config",
+)
+_implemented(
+    "",
+    "motor_nodemanager_config",
+    "accepted as a spelling of pyMotor's motor_nodemanger_config (give only one of them)",
+)
+_implemented(
+    "",
+    "kv_cache_store_config",
+    "newer pyMotor name of kv_cache_pool_config; read as kv_cache_pool_config (give only one of them)",
+)
+_warned(
+    "",
+    "kv_conductor_config",
+    "checked, then reported: motor deploys no KV conductor; prefix-aware routing is scheduler_type "
+    "prefix_affinity (kv_cache_affinity)",
+)
+_warned_section(
+    "motor_engine_encode_config",
+    "engine_type engine_config motor_nodemanger_config health_check_config",
+    "motor has no encode (EPD) role; e_instances_num is ignored as well",
+)
+_warned_section(
+    "north_config", "name ip port", "motor reports to no north-bound platform; scrape /metrics instead"
+)
+_warned_section(
+    "mf_store_config", "additional_labels additional_annotations", "motor deploys no MemFabric store"
+)
+_warned_section(
+    "motor_container_snapshot_config",
+    "enable_snapshot snapshot_metadata_path",
+    "container snapshots are not supported",
+)
+
+# ---- motor_deploy_config ----------------------------------------------------------------------------------
+
+_D = "motor_deploy_config"
+_implemented(
+    _D,
+    "p_instances_num d_instances_num hybrid_instances_num single_p_instance_pod_num single_d_instance_pod_num "
+    "single_hybrid_instance_pod_num p_pod_npu_num d_pod_npu_num hybrid_pod_npu_num job_id weight_mount_path",
+)
+_implemented(_D, "image_name", "required (non-empty) for Kubernetes deploy modes")
+_implemented(
+    _D,
+    "hardware_type",
+    "every pyMotor value (800I_A2, 800T_A2, 800I_A3, 800T_A3 and the A5 names) plus motor's cpu and nvidia-gpu; "
+    "selects the accelerator resource requested per pod",
+)
+_implemented(
+    _D,
+    "deploy_mode",
+    "local, multi_deployment, single_container, infer_service_set (rendered as multi_deployment: the "
+    "InferServiceSet CRD is MindCluster's); absent = pyMotor's default infer_service_set, a Kubernetes "
+    "deployment, and `motor validate` reports which targets fit",
+)
+_warned(_D, "e_instances_num single_e_instance_pod_num e_pod_npu_num", "motor has no encode (EPD) role")
+_implemented(
+    _D,
+    "tls_config",
+    "defaults for the component sections' infer/mgmt/etcd_tls_config (a component's own setting wins)",
+)
+_tls(f"{_D}.tls_config", "infer_tls_config", "default of motor_coordinator_config.infer_tls_config")
+_tls(
+    f"{_D}.tls_config",
+    "mgmt_tls_config",
+    "default of every component's mgmt_tls_config (controller, coordinator, node managers)",
+)
+_tls(f"{_D}.tls_config", "etcd_tls_config", "default of motor_controller_config.etcd_tls_config")
+for _tls_section in ("grpc_tls_config", "observability_tls_config", "north_tls_config"):
+    _warned_section(f"{_D}.tls_config.{_tls_section}", _TLS_KEYS, _TLS_NOTE)
+_warned(
+    _D,
+    "enable_pd_heterogeneous pd_heterogeneous_label_key pd_heterogeneous_prefill_label_value "
+    "pd_heterogeneous_decode_label_value",
+    "motor adds no node selectors; P and D pods schedule wherever their accelerator resource is available",
+)
+_warned(_D, "engine_topology", "motor places instances by the instance and pod counts only")
+_warned_section(
+    f"{_D}.storage",
+    "enable type storage_class_name claim_name size mount_path access_mode server path host_path_type read_only",
+    "motor mounts only weight_mount_path into engine pods; add other volumes to the rendered manifests",
+)
+_implemented(
+    _D,
+    "dshm_size",
+    "size of the memory-backed /dev/shm of engine pods (Kubernetes quantity, default 4Gi as pyMotor's "
+    "templates); it counts against the pod's memory",
+)
+_warned(_D, "env_path", "motor reads env.json from --env-config / --config-dir")
+_warned(_D, "coordinator_node_selector", "motor adds no node selectors")
+
+# ---- motor_controller_config ------------------------------------------------------------------------------
+
+_C = "motor_controller_config"
+_logging(_C)
+_implemented(_C, "api_config instance_config event_config etcd_config")
+_implemented(f"{_C}.api_config", "controller_api_host controller_api_port")
+_warned(
+    f"{_C}.api_config",
+    "controller_api_dns",
+    "motor names the controller Service itself (controller.<job_id>)",
+)
+_warned(
+    f"{_C}.api_config",
+    "observability_api_port",
+    "the controller serves inventory and /metrics on its API port",
+)
+_implemented(
+    f"{_C}.instance_config",
+    "instance_heartbeat_timeout instance_expired_timeout instance_manager_check_interval",
+)
+_warned(
+    f"{_C}.instance_config",
+    "instance_assemble_timeout instance_assembler_check_interval instance_assembler_cmd_send_interval "
+    "send_cmd_retry_times",
+    "motor instances are one engine server each and need no assembly",
+)
+_implemented(f"{_C}.event_config", "coordinator_heartbeat_interval")
+_warned(
+    f"{_C}.event_config",
+    "event_consumer_sleep_interval coordinator_set_sync_interval",
+    "the controller pushes instance changes as they happen and resends the full set on every heartbeat",
+)
+_implemented(f"{_C}.etcd_config", "etcd_host etcd_port etcd_timeout enable_etcd_persistence")
+_implemented(
+    f"{_C}.etcd_config",
+    "etcd_auth_secret",
+    "motor's own key: on Kubernetes, an existing Secret (keys username, password) for etcd authentication",
+)
+_warned(f"{_C}.etcd_config", "etcd_lb_policy", "motor talks to the one etcd endpoint given")
+_warned_section(
+    f"{_C}.fault_tolerance_config",
+    "enable_fault_tolerance strategy_center_check_interval configmap_namespace configmap_prefix k8s_cert_path "
+    "enable_scale_p2d enable_token_reinference scale_p2d_d_instance_reinit_wait_timeout enable_engine_relaunch "
+    "engine_relaunch_complete_timeout_sec engine_relaunch_poll_interval_sec engine_relaunch_dispatch_retries "
+    "engine_relaunch_nm_unreachable_threshold",
+    "motor isolates instances whose heartbeats stop and lets node managers restart engines; it reads no "
+    "MindCluster device-fault ConfigMaps",
+)
+_warned_section(
+    f"{_C}.observability_config",
+    "observability_enable metrics_ttl",
+    "every motor component serves Prometheus /metrics",
+)
+_warned_section(f"{_C}.standby_config", _STANDBY_KEYS, _STANDBY_NOTE)
+_warned_section(f"{_C}.port_allocator_config", _PORT_ALLOCATOR_KEYS, _PORT_ALLOCATOR_NOTE)
+_tls(_C, "mgmt_tls_config", "the controller's API and its pushes to coordinators and calls to node managers")
+_tls(_C, "etcd_tls_config", "the controller's etcd client (gRPC over TLS; crl_file is refused)")
+for _tls_section in ("grpc_tls_config", "observability_tls_config"):
+    _warned_section(f"{_C}.{_tls_section}", _TLS_KEYS, _TLS_NOTE)
+_warned(
+    _C,
+    "precision_auto_recovery_enabled precision_auto_recovery_enable",
+    "motor has no precision detection",
+)
+_warned(_C, "additional_labels additional_annotations", _METADATA_NOTE)
+
+# ---- motor_coordinator_config -----------------------------------------------------------------------------
+
+_K = "motor_coordinator_config"
+_logging(_K)
+_implemented(
+    _K,
+    "scheduler_config exception_config timeout_config api_key_config rate_limit_config request_limit "
+    "api_config inference_workers_config",
+)
+_S = f"{_K}.scheduler_config"
+_implemented(
+    _S,
+    "scheduler_type",
+    "load_balance, round_robin; kv_cache_affinity is motor's prefix_affinity (prefix hashing in the coordinator)",
+)
+_implemented(
+    _S,
+    "deploy_mode",
+    "pyMotor's name for the dispatch style; motor derives the dispatch profile from the connector and warns "
+    "when they disagree",
+)
+_implemented(_S, "dispatch_profile affinity_block_size affinity_max_load_ratio", "motor's own keys")
+_warned(
+    _S,
+    "endpoint_instance_score_weight",
+    "motor's load_balance scores instances by outstanding requests and tokens",
+)
+_warned(
+    _S,
+    "kv_affinity_mode kv_affinity_load_weight kv_affinity_overlap_credit kv_affinity_prefill_load_scale "
+    "kv_affinity_load_gate_topn kv_affinity_w_npu kv_affinity_w_cpu kv_affinity_w_disk",
+    "prefix_affinity is tuned by affinity_block_size and affinity_max_load_ratio",
+)
+_warned_section(
+    f"{_S}.kv_affinity",
+    "mode load_weight overlap_credit prefill_load_scale load_gate_topn w_npu w_cpu w_disk",
+    "prefix_affinity is tuned by affinity_block_size and affinity_max_load_ratio",
+)
+_warned(
+    _S,
+    "enable_pd_separation_fallback_to_hybrid",
+    "motor always serves aggregated on prefill instances while no decode instance is up",
+)
+_warned_section(
+    f"{_S}.kv_conductor_config",
+    "conductor_service http_server_port query_encoding store_backend block_size engine_type model_path "
+    "pool_endpoint npu_endpoint xpu_endpoint cpu_endpoint disk_endpoint endpoint replay_endpoint "
+    "re_register_interval_sec",
+    "motor deploys no KV conductor; prefix-aware routing is scheduler_type prefix_affinity",
+)
+_X = f"{_K}.exception_config"
+_implemented(_X, "max_retry retry_delay first_token_timeout infer_timeout")
+_warned(
+    _X,
+    "transport_max_retry recompute_max_retry",
+    "max_retry bounds every retry (transport failures and recompute alike)",
+)
+_warned(
+    _X,
+    "recompute_enabled reschedule_enabled",
+    "motor always retries a request that fails before its first token reaches the client",
+)
+_warned_section(
+    f"{_X}.reschedule_config",
+    "enable",
+    "motor always retries a request that fails before its first token reaches the client",
+)
+_warned(_X, "connect_timeout", "connection setup counts against first_token_timeout")
+_warned(_X, "upstream_error_body_max_bytes", "engine errors reach the client as OpenAI-style error bodies")
+_implemented(
+    f"{_K}.timeout_config",
+    "request_timeout connection_timeout read_timeout write_timeout keep_alive_timeout",
+)
+_implemented(f"{_K}.api_key_config", "enable_api_key valid_keys header_name key_prefix")
+_warned(
+    f"{_K}.api_key_config",
+    "skip_paths",
+    "probes, /metrics and the management API never need the key; everything under /v1 does",
+)
+_warned(
+    f"{_K}.api_key_config",
+    "encryption_algorithm",
+    "valid_keys are compared as given (plain keys or salt:iterations:pbkdf2 hashes)",
+)
+_implemented(
+    f"{_K}.rate_limit_config",
+    "enable_rate_limit max_requests window_size error_message error_status_code",
+)
+_warned(f"{_K}.rate_limit_config", "provider olc_config_path", "motor's limiter is the built-in token bucket")
+_warned(f"{_K}.rate_limit_config", "scope", "the limit is global to the coordinator")
+_warned(f"{_K}.rate_limit_config", "skip_paths", "only inference requests (/v1) are rate limited")
+_warned(
+    f"{_K}.rate_limit_config",
+    "max_request_body_size",
+    "request bodies are bounded by request_limit.max_body_bytes",
+)
+_implemented(f"{_K}.request_limit", "max_requests", "cap on concurrent requests in the coordinator")
+_implemented(f"{_K}.request_limit", "max_body_bytes", "motor's own key")
+_warned(
+    f"{_K}.request_limit",
+    "single_node_max_requests",
+    "request_limit.max_requests applies whether or not decode instances are up",
+)
+_implemented(f"{_K}.api_config", "coordinator_api_host coordinator_api_infer_port coordinator_api_mgmt_port")
+_warned(
+    f"{_K}.api_config",
+    "coordinator_api_dns coordinator_api_infer_dns coordinator_api_obs_dns",
+    "motor names the coordinator Service itself (coordinator.<job_id>)",
+)
+_warned(f"{_K}.api_config", "coordinator_obs_port", "the coordinator serves /metrics on its management port")
+_implemented(f"{_K}.inference_workers_config", "num_workers")
+_warned(
+    f"{_K}.inference_workers_config",
+    "worker_metaserver_base_port",
+    "the decode_first (metaserver) callback is served on the coordinator's management port",
+)
+_warned(
+    _K,
+    "context_budget_mode",
+    "requests go to the engines unchanged; the engine rejects prompts over max_model_len",
+)
+_warned_section(
+    f"{_K}.prometheus_metrics_config",
+    "reuse_time pool_metrics_enable pool_metrics_endpoint enable_kv_store_metrics kv_store_metrics_endpoint "
+    "kv_store_backend kv_store_service kv_store_metrics_port",
+    "the coordinator's /metrics is computed per scrape; the pool master serves its own /metrics",
+)
+_warned_section(
+    f"{_K}.circuit_config",
+    "enable failure_threshold base_timeout_s max_timeout_s",
+    "instances that fail are retried elsewhere and removed by the controller when their heartbeats stop",
+)
+_warned_section(
+    f"{_K}.render_config",
+    "enabled endpoint timeout_ms image_name",
+    "the coordinator tokenizes nothing; prefix_affinity hashes the prompt text",
+)
+_warned(f"{_K}.render_config.endpoint", "host port", "ignored with render_config")
+_warned_section(
+    f"{_K}.mgmt_api_key_config",
+    "enable_api_key api_key_file",
+    "the management API (/instances/refresh) requires the controller token instead",
+)
+_warned_section(f"{_K}.standby_config", _STANDBY_KEYS, _STANDBY_NOTE)
+_warned_section(
+    f"{_K}.etcd_config",
+    "etcd_host etcd_port etcd_timeout etcd_lb_policy enable_etcd_persistence",
+    "the coordinator keeps no state in etcd; it gets the instance set from the controller",
+)
+_tls(_K, "infer_tls_config", "the client-facing OpenAI API (inference port)")
+_tls(_K, "mgmt_tls_config", "the management port (instance pushes, probes, /metrics)")
+_warned_section(
+    f"{_K}.etcd_tls_config", _TLS_KEYS, "the coordinator keeps no state in etcd; it talks to no etcd"
+)
+_warned_section(
+    f"{_K}.tracer_config",
+    "endpoint root_sampling_rate remote_parent_sampled remote_parent_not_sampled local_parent_sampled "
+    "local_parent_not_sampled",
+    "motor exports no OpenTelemetry traces",
+)
+_warned_section(
+    f"{_K}.aigw",
+    "id object owned_by p_max_seqlen d_max_seqlen slo_ttft slo_tpot",
+    "GET /v1/models lists the engines' served_model_name",
+)
+_warned(_K, "aigw_model", "GET /v1/models lists the engines' served_model_name")
+_warned_section(
+    f"{_K}.deploy_config",
+    "p_instances_num d_instances_num hybrid_instances_num single_hybrid_instance_pod_num hybrid_pod_npu_num",
+    "derived by pyMotor at run time; motor reads motor_deploy_config",
+)
+for _event_section in ("prefill_kv_event_config", "kv_event_registration"):
+    _warned_section(
+        f"{_K}.{_event_section}",
+        "conductor_service http_server_port query_encoding store_backend block_size endpoint replay_endpoint "
+        "engine_type model_path pool_endpoint npu_endpoint cpu_endpoint disk_endpoint re_register_interval_sec",
+        "motor deploys no KV conductor; prefix-aware routing is scheduler_type prefix_affinity",
+    )
+for _precision_section in ("precision_detection_config", "token_sampling_config"):
+    _warned_section(
+        f"{_K}.{_precision_section}",
+        "interval_seconds logprobs_count precision_check_enabled precision_issue_threshold "
+        "precision_clear_threshold probe_max_attempts probe_timeout_seconds",
+        "motor has no precision detection",
+    )
+_warned_section(f"{_K}.port_allocator_config", _PORT_ALLOCATOR_KEYS, _PORT_ALLOCATOR_NOTE)
+_warned(
+    _K,
+    "_errors worker_index worker_metaserver_port",
+    "internal fields that pyMotor's generated config sample contains",
+)
+_warned(_K, "additional_labels additional_annotations", _METADATA_NOTE)
+
+# ---- motor_nodemanger_config (top level and inside engine sections) ---------------------------------------
+
+_node_manager("")
+
+# ---- engine sections --------------------------------------------------------------------------------------
+
+for _engine in ENGINE_SECTIONS:
+    _implemented(
+        _engine, "engine_type", "vllm, sglang (and motor's sim); pyMotor's mindie-llm has no adapter"
+    )
+    _passed(
+        _engine,
+        "engine_config",
+        "the engine's own options, handed to the engine; motor reads the model, parallelism and "
+        "kv_transfer_config from it and fills kv_role and engine_id per instance",
+    )
+    _implemented(
+        _engine,
+        "model_config",
+        "deprecated pyMotor form: model_name, model_path, npu_mem_utils and parallel_config are folded "
+        "into engine_config (engine_config wins)",
+    )
+    _implemented(
+        _engine,
+        "dispatch_profile",
+        "pyMotor's handoff is motor's prefill_first, trigger is decode_first; motor's own profile names work too",
+    )
+    _warned(
+        _engine,
+        "dispatch_capabilities",
+        "derived from the connector; pyMotor ignores a configured value as well",
+    )
+    _warned(
+        _engine,
+        "enable_multi_endpoints",
+        "motor runs one engine server per instance (data parallel ranks inside the engine)",
+    )
+    _warned_section(
+        f"{_engine}.health_check_config",
+        "enable_virtual_inference npu_usage_threshold max_failure_count virtual_inference_timeout "
+        "health_collector_timeout health_collector_timeout_retry_attempts startup_timeout",
+        "the node manager polls the engine's /health and restarts it when it stops answering",
+    )
+    _warned(_engine, "additional_labels additional_annotations", _METADATA_NOTE)
+    _node_manager(_engine)
+
+# ---- KV pool ----------------------------------------------------------------------------------------------
+
+_P = "kv_cache_pool_config"
+_implemented(
+    _P,
+    "metadata_server protocol device_name global_segment_size local_buffer_size",
+    "written into the engines' Mooncake store config",
+)
+_implemented(
+    _P,
+    "eviction_high_watermark_ratio eviction_ratio default_kv_lease_ttl port",
+    "mooncake_master arguments (defaults 0.9, 0.1, 11000 ms, 50088); the lease must exceed the engines' "
+    "transfer timeouts",
+)
+_implemented(_P, "metrics_port", "motor's own key: mooncake_master's metrics port (default 9003)")
+_passed(
+    _P,
+    "prefer_alloc_in_same_node preferred_segment replica_num",
+    "like every other key here, copied into the engines' Mooncake store config, as pyMotor does",
+)
+
+_T = "kv_cache_store_config"
+_implemented(
+    _T,
+    "metadata_server protocol device_name global_segment_size local_buffer_size eviction_high_watermark_ratio "
+    "eviction_ratio default_kv_lease_ttl port metrics_port",
+    "same meaning as in kv_cache_pool_config",
+)
+_implemented(
+    _T,
+    "backend",
+    "motor's pool is Mooncake: mooncake is implemented, memcache is warned about and a Mooncake master is "
+    "deployed instead",
+)
+_warned(
+    _T,
+    "enable store_mode store_http_port target_job_id local_service_mode config_store_port service dram_size "
+    "local_config_path",
+    "motor deploys one mooncake_master per job (embedded stores in the engines)",
+)
+
+_warned(
+    "kv_conductor_config",
+    "kvevent_instance http_server_port",
+    "checked, then ignored with kv_conductor_config",
+)
+
+# ---- env.json ---------------------------------------------------------------------------------------------
+
+_implemented(
+    ENV_PREFIX,
+    "version motor_common_env motor_controller_env motor_coordinator_env motor_engine_prefill_env "
+    "motor_engine_decode_env motor_engine_union_env motor_kv_cache_pool_env",
+)
+_warned(ENV_PREFIX, "motor_engine_encode_env", "motor has no encode (EPD) role")
+_warned(ENV_PREFIX, "motor_kv_conductor_env", "motor deploys no KV conductor")
+_warned(ENV_PREFIX, "motor_mf_store_env", "motor deploys no MemFabric store")
+_warned(
+    ENV_PREFIX, "motor_kv_cache_store_env", "use motor_kv_cache_pool_env for the pool master's environment"
+)
+
+PYMOTOR_KEYS: tuple[PyMotorKey, ...] = tuple(_ROWS)
+BY_PATH: dict[str, PyMotorKey] = {row.path: row for row in PYMOTOR_KEYS}
+
+
+def keys_under(parent: str) -> dict[str, PyMotorKey]:
+    """The table's keys directly under `parent` (a dotted path; "" is the document, "env.json:" env.json)."""
+    return {row.key: row for row in PYMOTOR_KEYS if row.parent == parent}
+
+
+def warned_keys(parent: str) -> dict[str, PyMotorKey]:
+    return {key: row for key, row in keys_under(parent).items() if row.status == Status.WARNED}
+
+
+def markdown_table() -> str:
+    lines = ["| key | status | what motor does |", "|---|---|---|"]
+    for row in PYMOTOR_KEYS:
+        lines.append(f"| `{row.path}` | {row.status.value} | {row.note.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,187 @@
+"""Compiled per-process specs: what `motor.deploy.plan` decides for each component, as typed JSON files.
+
+The plan validates the topology once and writes one spec per process; a component starts from
+`--spec FILE` (locally) or the same file mounted from the ConfigMap (Kubernetes) and never reads
+user_config.json / env.json again. Two things stay out of a spec on purpose:
+
+- addresses only the pod knows: a spec written for Kubernetes says `HOST_PLACEHOLDER` wherever the pod IP
+  belongs (the component's own address, its engine's flags, a pod-local URL), and `load_spec` replaces it with
+  `MOTOR_ADVERTISE_HOST` (motor.protocol.env), which Kubernetes sets from the pod IP;
+- secrets: a spec names the environment variable that holds one (`SecretRef`), never its value.
+"""
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from motor.config.models import CoordinatorConfig, LogLevel
+from motor.kv.connectors import DispatchProfile
+from motor.protocol import env
+from motor.protocol.instances import InstanceRole
+
+SPEC_VERSION = 1
+HOST_PLACEHOLDER = "{advertise_host}"
+
+Port = Annotated[int, Field(ge=1, le=65535)]
+Seconds = Annotated[float, Field(gt=0)]
+
+
+class SpecModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SecretRef(SpecModel):
+    """A secret the component reads from its environment; the spec only names the variable."""
+
+    env: str
+
+    def resolve(self, environ: Mapping[str, str] = os.environ) -> str:
+        return environ.get(self.env, "")
+
+
+class TlsFiles(SpecModel):
+    """One TLS setting as file paths, never key material. A server presents cert_file/key_file and, with
+    ca_file, requires client certificates signed by it; a client verifies servers with ca_file (else the
+    system's trust store) and presents cert_file/key_file when set. passwd_file holds key_file's password;
+    crl_file revokes certificates of ca_file's chain."""
+
+    cert_file: str | None = None
+    key_file: str | None = None
+    ca_file: str | None = None
+    passwd_file: str | None = None
+    crl_file: str | None = None
+
+
+class EtcdSpec(SpecModel):
+    """The controller's etcd: where, how long to wait, TLS, and the credentials by reference (authentication is
+    on when the username variable is set)."""
+
+    host: str
+    port: Port
+    timeout: Seconds
+    tls: TlsFiles | None = None
+    username: SecretRef
+    password: SecretRef
+
+
+def url_scheme(tls: TlsFiles | None) -> str:
+    return "https" if tls is not None else "http"
+
+
+class ComponentSpec(SpecModel):
+    spec_version: Literal[1] = SPEC_VERSION
+    name: str
+    job_id: str
+    log_level: LogLevel = "INFO"
+    advertise_host: str = Field(description="where the other components reach this one")
+    bind_host: str = Field(description="the address its servers listen on")
+    run_dir: str
+
+
+class ControllerSpec(ComponentSpec):
+    kind: Literal["controller"] = "controller"
+    port: Port
+    token: SecretRef
+    coordinator_urls: list[str] = Field(min_length=1)
+    heartbeat_timeout: Seconds
+    expired_timeout: Seconds
+    check_interval: Seconds
+    reconcile_interval: Seconds
+    etcd: EtcdSpec | None = None
+    mgmt_tls: TlsFiles | None = Field(default=None, description="its API and its calls to the others")
+
+
+class CoordinatorSpec(ComponentSpec):
+    kind: Literal["coordinator"] = "coordinator"
+    config: CoordinatorConfig
+    profile: DispatchProfile
+    required_roles: list[InstanceRole] = Field(
+        min_length=1, description="the roles whose instances make the coordinator ready for its profile"
+    )
+    served_models: list[str]
+    engine_types: list[str] = Field(description="engine types of the configured roles (vllm, sim, ...)")
+    infer_port: Port
+    mgmt_port: Port
+    controller_token: SecretRef
+    api_keys: SecretRef | None = Field(
+        default=None, description="api_key_config.valid_keys, one per line (the config in the spec has none)"
+    )
+    infer_tls: TlsFiles | None = None
+    mgmt_tls: TlsFiles | None = None
+
+
+class EngineSpec(SpecModel):
+    """How the node manager starts its engine: the engine server wrapping vLLM or the simulator."""
+
+    engine_type: str
+    argv: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(description="set on top of the node manager's environment")
+    secret_env: list[SecretRef] = Field(
+        default=[],
+        description="env.json credentials (HF_TOKEN, ...) the engine takes from the node manager's environment; "
+        "motor's own secrets are never among them",
+    )
+    files: dict[str, str] = Field(description="path -> content, written before every start")
+    port: Port
+    status_port: Port
+    bootstrap_port: Port | None = Field(default=None, description="KV bootstrap endpoint (concurrent)")
+    log_path: str
+    pid_path: str
+
+
+class NodeManagerSpec(ComponentSpec):
+    kind: Literal["node_manager"] = "node_manager"
+    instance_id: str
+    role: InstanceRole
+    model_name: str
+    port: Port
+    controller_url: str
+    token: SecretRef
+    heartbeat_interval: Seconds
+    engine: EngineSpec
+    mgmt_tls: TlsFiles | None = Field(default=None, description="its API and its calls to the controller")
+
+
+Spec = ControllerSpec | CoordinatorSpec | NodeManagerSpec
+S = TypeVar("S", bound=ComponentSpec)
+
+
+class SpecError(ValueError):
+    """A spec file is missing, unreadable or not the spec this component expects."""
+
+
+def spec_file_name(component: str) -> str:
+    return f"{component}.spec.json"
+
+
+def dump_spec(spec: ComponentSpec) -> str:
+    return spec.model_dump_json(indent=2, exclude_none=True) + "\n"
+
+
+def load_spec(path: str | Path, kind: type[S], environ: Mapping[str, str] = os.environ) -> S:
+    """Read a spec file written by the plan, binding `HOST_PLACEHOLDER`; errors name the file and the field."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"cannot read spec {path}: {exc.strerror}") from exc
+    if HOST_PLACEHOLDER in text:
+        host = environ.get(env.ADVERTISE_HOST, "")
+        if not host:
+            raise SpecError(
+                f"{path} leaves this pod's address to the environment, but {env.ADVERTISE_HOST} is not set"
+            )
+        text = text.replace(HOST_PLACEHOLDER, host)
+    try:
+        return kind.model_validate_json(text)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or '(document)'}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise SpecError(
+            f"{path} is not a valid {kind.__name__} (spec_version {SPEC_VERSION}): {problems}; "
+            "regenerate it with `motor deploy` (or `motor validate --explain`)"
+        ) from exc
