@@ -115,6 +115,10 @@ async def core(prometheus: CollectorRegistry) -> AsyncIterator[Core]:
         served_models=("m",),
         run_dir=None,
         controller_token=None,
+        required_roles=("prefill", "decode"),
+        engine_types=("sim",),
+        owned_by="sim",
+        spec_path=None,
     )
     result = Core(settings, CoordinatorMetrics(prometheus))
     await result.start("http://127.0.0.1:9")
