@@ -22,6 +22,8 @@ from motor.coordinator.scheduling.plugins import Exclusions, LoadBoundFilter, Po
 from motor.coordinator.scheduling.profiles import SchedulingProfile
 from motor.coordinator.scheduling.scorers import LoadScorer
 
+INFINITE_LOAD = float("inf")
+
 
 class Decider(ABC):
     heap: LoadHeap | None = None
@@ -66,16 +68,21 @@ class HeapDecider(Decider):
         if not preferred or least in preferred:
             return least
         least_load = least.tokens + least.kv
+        limit = INFINITE_LOAD
+        for f in self._bounds:
+            limit = min(limit, f.limit(least_load, demand))
         best = least
-        best_key: tuple[float, int] | None = None
+        best_load = 0.0
         for endpoint in preferred:
-            if endpoint.instance_id in exclude:
+            load = endpoint.tokens + endpoint.kv
+            if load > limit or endpoint.instance_id in exclude:
                 continue
-            if not all(f.admits(endpoint, least_load, demand) for f in self._bounds):
-                continue
-            key = (endpoint.tokens + endpoint.kv, endpoint.last_pick)
-            if best_key is None or key < best_key:
-                best, best_key = endpoint, key
+            if (
+                best is least
+                or load < best_load
+                or (load == best_load and endpoint.last_pick < best.last_pick)
+            ):
+                best, best_load = endpoint, load
         return best
 
 
@@ -83,17 +90,23 @@ class CursorDecider(Decider):
     def __init__(self, profile: SchedulingProfile, pool: Pool) -> None:
         super().__init__(profile, pool)
         self.picker: RoundRobinPicker = profile.picker  # type: ignore[assignment]
-        self._filters: tuple[PointFilter, ...] = profile.filters  # type: ignore[assignment]
+        self._others = tuple(
+            f for f in profile.filters if isinstance(f, PointFilter) and not isinstance(f, ExcludedFilter)
+        )
 
     def decide(self, demand: Demand, exclude: Exclusions) -> EndpointLoad | None:
         endpoints = self.pool.endpoints
+        others = self._others
         n = len(endpoints)
         start = self.picker.cursor
         for offset in range(n):
             endpoint = endpoints[(start + offset) % n]
-            if all(f.keep(endpoint, demand, exclude) for f in self._filters):
-                self.picker.cursor = endpoint.position + 1
-                return endpoint
+            if endpoint.instance_id in exclude:  # the excluded filter, inlined: it runs on every step
+                continue
+            if others and not all(f.keep(endpoint, demand, exclude) for f in others):
+                continue
+            self.picker.cursor = endpoint.position + 1
+            return endpoint
         return None
 
 

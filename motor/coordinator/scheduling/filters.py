@@ -51,6 +51,6 @@ class LoadRatioFilter(LoadBoundFilter):
             )
         self.max_ratio = max_ratio
 
-    def admits(self, endpoint: EndpointLoad, least_load: float, demand: Demand) -> bool:
+    def limit(self, least_load: float, demand: Demand) -> float:
         cost = max(1, demand.prompt_tokens)
-        return endpoint.tokens + endpoint.kv + cost <= self.max_ratio * (least_load + cost)
+        return self.max_ratio * (least_load + cost) - cost

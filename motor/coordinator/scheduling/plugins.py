@@ -3,7 +3,7 @@
 - `PoolFilter`: decides from an endpoint's registration alone (role, status), so it runs when the instance set
   changes and builds the role's pool; requests never pay for it.
 - `Filter`: narrows the candidates of one decision (`PointFilter` judges each endpoint on its own, a
-  `LoadBoundFilter` each against the least loaded).
+  `LoadBoundFilter` by a load limit the least loaded candidate sets).
 - `Scorer`: rates each candidate 0–1; a profile adds them up with weights. A `sparse` scorer rates all but a
   few endpoints 0 and can rate those few without looking at the others (`sparse_scores`); a `binary` one gives
   only 0 or 1. Such a scorer combined with the load scorer can run on the heap. A scorer that is also a
@@ -53,19 +53,20 @@ class PointFilter(Filter):
 
 
 class LoadBoundFilter(Filter):
-    """Judges each candidate against the least loaded one, which always passes: such a filter cannot change
-    a load-only winner, and needs no other candidate than the least loaded to judge one."""
+    """Admits the endpoints whose load stays within a limit set by the least loaded candidate, which always
+    passes: such a filter cannot change a load-only winner, and judges a candidate by one number."""
 
     @abstractmethod
-    def admits(self, endpoint: EndpointLoad, least_load: float, demand: Demand) -> bool: ...
+    def limit(self, least_load: float, demand: Demand) -> float:
+        """The most load an endpoint may carry and pass, given the least loaded candidate's (≥ that load)."""
 
     def apply(
         self, candidates: list[EndpointLoad], demand: Demand, exclude: Exclusions
     ) -> list[EndpointLoad]:
         if not candidates:
             return candidates
-        least_load = min(endpoint.tokens + endpoint.kv for endpoint in candidates)
-        return [endpoint for endpoint in candidates if self.admits(endpoint, least_load, demand)]
+        limit = self.limit(min(endpoint.tokens + endpoint.kv for endpoint in candidates), demand)
+        return [endpoint for endpoint in candidates if endpoint.tokens + endpoint.kv <= limit]
 
 
 class Scorer(ABC):

@@ -46,8 +46,15 @@ class PrefixAffinityScorer(Scorer, PickObserver):
         return [1.0 if endpoint.key in owners else 0.0 for endpoint in candidates]
 
     def sparse_scores(self, pool: Pool, demand: Demand) -> dict[EndpointLoad, float]:
+        hashes = demand.block_hashes(self.block_size)
+        if not hashes:
+            return {}
         by_key = pool.by_key
-        return {by_key[key]: 1.0 for key in self._owners(demand) if key in by_key}
+        return {
+            endpoint: 1.0
+            for key in self.index.deepest(hashes)[1]
+            if (endpoint := by_key.get(key)) is not None
+        }
 
     def picked(self, endpoint: EndpointLoad, demand: Demand) -> None:
         hashes = demand.block_hashes(self.block_size)
