@@ -6,7 +6,6 @@ import time
 from typing import TYPE_CHECKING
 
 from motor.coordinator.auth import ApiKeyVerifier
-from motor.coordinator.dispatch.attempt import RetryPolicy
 from motor.coordinator.dispatch.callbacks import CallbackRegistry
 from motor.coordinator.dispatch.observe import MetricsObserver
 from motor.coordinator.limits import InFlightLimit, SharedState, TokenBucket
@@ -15,6 +14,7 @@ from motor.coordinator.registry import InstanceRegistry
 from motor.coordinator.scheduling.scheduler import Scheduler
 from motor.coordinator.settings import CoordinatorSettings
 from motor.coordinator.upstream import UpstreamPool
+from motor.runtime.backoff import Backoff
 
 if TYPE_CHECKING:
     from motor.coordinator.dispatch.request import Dispatch
@@ -38,7 +38,8 @@ class Core:
         self.metrics = metrics
         self.observer = MetricsObserver(metrics)
         exceptions = config.exception_config
-        self.retry_policy = RetryPolicy(exceptions.max_retry, exceptions.retry_delay)
+        # max_retry retries after the first attempt, retry_delay * 2**n before retry n + 1
+        self.retry_policy = Backoff(initial_s=exceptions.retry_delay, max_attempts=exceptions.max_retry + 1)
         self.registry = InstanceRegistry()
         scheduling = config.scheduler_config
         self.scheduler = Scheduler(

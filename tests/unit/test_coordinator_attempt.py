@@ -14,7 +14,6 @@ from prometheus_client import CollectorRegistry
 
 from motor.config.models import CoordinatorConfig
 from motor.coordinator.core import Core
-from motor.coordinator.dispatch.attempt import RetryPolicy
 from motor.coordinator.dispatch.failures import (
     ABORTS,
     FAILURES,
@@ -165,7 +164,7 @@ async def test_a_leg_failure_before_output_is_retried_elsewhere_after_backoff(
     second = d.new_attempt()
     assert (second.number, second.engine_rid) == (1, b"req-1-retry1")
     assert second.pick("prefill") is not prefill.target, "the retry avoids the instance that failed"
-    assert RetryPolicy(2, 0.25).delay(1) == 0.5
+    assert core.retry_policy.next_delay(2) == 0.5
 
 
 async def test_no_instance_is_retried_without_excluding_anything(core: Core) -> None:

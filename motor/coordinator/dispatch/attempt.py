@@ -49,6 +49,7 @@ from motor.coordinator.scheduling.scheduler import Allocation
 from motor.coordinator.shaping import prefill_body
 from motor.coordinator.sse import EVENT_END, SseSplitter, carries_output
 from motor.coordinator.upstream import UpstreamConnection, UpstreamError
+from motor.runtime.backoff import Backoff
 
 if TYPE_CHECKING:
     from motor.coordinator.dispatch.profiles import Flow
@@ -63,19 +64,6 @@ class PrefillResult:
     raw: bytes
     kv_transfer_params: dict[str, Any] | None
     cached_tokens: int
-
-
-class RetryPolicy:
-    """`max_retry` retries after the first attempt, `retry_delay * 2**n` before retry n + 1."""
-
-    __slots__ = ("max_retry", "retry_delay")
-
-    def __init__(self, max_retry: int, retry_delay: float) -> None:
-        self.max_retry = max_retry
-        self.retry_delay = retry_delay
-
-    def delay(self, attempt_number: int) -> float:
-        return self.retry_delay * (2**attempt_number)
 
 
 class Leg:
@@ -482,7 +470,7 @@ class Attempt:
         self.failure = failure
         self._enter(FAILED)
 
-    def fail(self, failure: LegFailure, policy: RetryPolicy) -> float | None:
+    def fail(self, failure: LegFailure, policy: Backoff) -> float | None:
         """Settle a failure before the response started: close every leg, then RETRYING (the delay before the
         next attempt is returned) or FAILED (`self.failure` is what the client is told)."""
         dispatch = self.dispatch
@@ -512,9 +500,9 @@ class Attempt:
                     f"last error: {failure.message}",
                 )
             )
-        delay = policy.delay(self.number)
+        delay = policy.next_delay(self.number + 1)
         retry_allowed = RETRYING in PHASE_NEXT[self.phase]  # the guard: never once output exists
-        if not retry_allowed or self.number >= policy.max_retry or now + delay >= dispatch.deadline:
+        if not retry_allowed or delay is None or now + delay >= dispatch.deadline:
             if self.number:
                 failure.gave_up(self.number + 1)
             return self._end(failure)
