@@ -32,7 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.chaos.cluster import ChaosCluster, ChaosSettings, deploy
 from tests.chaos.faults import (
-    Combined,
     ComponentKilled,
     EngineFrozen,
     EngineKilled,
@@ -41,6 +40,7 @@ from tests.chaos.faults import (
     LeaderKilled,
     PortBlackholed,
     WorkerKilled,
+    combined_faults,
 )
 from tests.chaos.report import RunReport, failures, table
 from tests.chaos.run import LoadShape, run_fault
@@ -68,15 +68,7 @@ def faults(hold_s: float) -> dict[str, Callable[[], Fault]]:
         "etcd-kill": lambda: EtcdKilled(
             f"etcd killed {hold_s / 2:g} s (+ an engine restart)", hold_s=hold_s / 2
         ),
-        "combined": lambda: Combined(
-            "combined: master + controller + 2 engines",
-            faults=[
-                ComponentKilled("", component="kv-pool"),
-                ComponentKilled("", component="controller"),
-                EngineKilled("", instance="prefill-0"),
-                EngineKilled("", instance="decode-1"),
-            ],
-        ),
+        "combined": lambda: combined_faults("combined: master + controller + 2 engines"),
     }
 
 

@@ -27,6 +27,13 @@ def _busy(cluster: ChaosCluster, instance: str) -> bool:
     return bool(running)
 
 
+def _wait_busy(cluster: ChaosCluster, instance: str) -> None:
+    """Until `instance` works on a request (busy most of the time under load; the fault goes on anyway after
+    the wait)."""
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: _busy(cluster, instance), MID_WORK_WAIT_S, f"{instance} working", 0.01)
+
+
 def _restarted(cluster: ChaosCluster, name: str, old_pid: int) -> bool:
     record = cluster.record(name)
     return record["pid"] != old_pid and record["state"] == "healthy"
@@ -60,12 +67,7 @@ class EngineKilled(Fault):
     killed: int | None = None
 
     def inject(self, cluster: ChaosCluster) -> None:
-        with contextlib.suppress(
-            AssertionError
-        ):  # busy most of the time under load; kill anyway after the wait
-            wait_until(
-                lambda: _busy(cluster, self.instance), MID_WORK_WAIT_S, f"{self.instance} working", 0.01
-            )
+        _wait_busy(cluster, self.instance)
         self.killed = cluster.engine_pid(self.instance)
         assert self.killed is not None, f"no engine found for {self.instance}"
         _signal(self.killed, signal.SIGKILL)
@@ -84,10 +86,7 @@ class EngineFrozen(Fault):
     frozen: int | None = None
 
     def inject(self, cluster: ChaosCluster) -> None:
-        with contextlib.suppress(AssertionError):
-            wait_until(
-                lambda: _busy(cluster, self.instance), MID_WORK_WAIT_S, f"{self.instance} working", 0.01
-            )
+        _wait_busy(cluster, self.instance)
         self.frozen = cluster.engine_pid(self.instance)
         assert self.frozen is not None, f"no engine found for {self.instance}"
         _signal(self.frozen, signal.SIGSTOP)
@@ -272,6 +271,19 @@ class Combined(Fault):
 
     def notes(self) -> list[str]:
         return [note for fault in self.faults for note in fault.notes()]
+
+
+def combined_faults(name: str) -> Combined:
+    """The pool master, the controller, a prefill and a decode engine at once."""
+    return Combined(
+        name,
+        faults=[
+            ComponentKilled("", component="kv-pool"),
+            ComponentKilled("", component="controller"),
+            EngineKilled("", instance="prefill-0"),
+            EngineKilled("", instance="decode-1"),
+        ],
+    )
 
 
 def instances_prefix(cluster: ChaosCluster) -> str:

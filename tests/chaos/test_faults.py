@@ -9,13 +9,13 @@ import pytest
 from tests.chaos.cluster import INSTANCES, ChaosCluster
 from tests.chaos.conftest import CI_FREEZE_S, CI_HOLD_S, CI_LOAD
 from tests.chaos.faults import (
-    Combined,
     ComponentKilled,
     EngineFrozen,
     EngineKilled,
     EtcdKilled,
     PortBlackholed,
     WorkerKilled,
+    combined_faults,
 )
 from tests.chaos.load import End
 from tests.chaos.report import failures
@@ -156,14 +156,6 @@ def test_etcd_killed_controller_works_from_memory_and_persists_again(chaos_clust
 
 
 def test_combined_faults(chaos_cluster: ChaosCluster) -> None:
-    fault = Combined(
-        "combined: master + controller + prefill-0 and decode-1 engines",
-        faults=[
-            ComponentKilled("", component="kv-pool"),
-            ComponentKilled("", component="controller"),
-            EngineKilled("", instance="prefill-0"),
-            EngineKilled("", instance="decode-1"),
-        ],
-    )
+    fault = combined_faults("combined: master + controller + prefill-0 and decode-1 engines")
     result = run_fault(chaos_cluster, fault, CI_LOAD)
     assert_nothing_lost(result)

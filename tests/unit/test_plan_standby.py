@@ -11,36 +11,25 @@ from motor.deploy.k8s.manifests import ConfigTexts, build_manifests
 from motor.deploy.plan import build_plan
 from motor.deploy.prometheus import metrics_endpoints
 from motor.protocol.specs import ControllerSpec, CoordinatorSpec
+from tests.integration.k8s_support import sim_user_config
 
 STANDBY = {"enable_master_standby": True, "master_lock_ttl": 4, "master_standby_check_interval": 1.0}
-ENGINE = {
-    "engine_type": "sim",
-    "engine_config": {
-        "served_model_name": "sim",
-        "kv_transfer_config": {"kv_connector": "MooncakeConnectorV1"},
-    },
-}
-USER: dict[str, Any] = {
-    "version": "v2.0",
-    "motor_deploy_config": {
-        "p_instances_num": 1,
-        "d_instances_num": 1,
-        "deploy_mode": "local",
-        "hardware_type": "cpu",
-        "job_id": "simjob",
-        "image_name": "motor:test",
-    },
-    "motor_controller_config": {
+
+
+def standby_user_config() -> dict[str, Any]:
+    user = sim_user_config("local", prefill=1, decode=1, pool=False)
+    user["motor_controller_config"] = {
         "etcd_config": {"enable_etcd_persistence": True, "etcd_host": "etcd.example", "etcd_port": 2379},
         "standby_config": STANDBY,
-    },
-    "motor_coordinator_config": {
+    }
+    user["motor_coordinator_config"] = {
         "etcd_config": {"etcd_host": "etcd.example", "etcd_port": 2379},
         "standby_config": STANDBY,
-    },
-    "motor_engine_prefill_config": ENGINE,
-    "motor_engine_decode_config": ENGINE,
-}
+    }
+    return user
+
+
+USER = standby_user_config()
 ENV = {"version": "2.0.0"}
 
 
