@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from motor.cli.patch import status_report
-from motor.engine.patches import connector_metrics, cpu, multi_connector, runtime
-from motor.engine.patches.facts import Facts, gather_facts
+from motor.engine.patches import connector_metrics, cpu, multi_connector, runtime, shm_spin
+from motor.engine.patches.facts import Facts, gather_facts, shm_reader_spins_one_second
 from motor.engine.patches.registry import PatchTargetError, known_patches
 
 VLLM_INSTALLED = importlib.util.find_spec("vllm") is not None
@@ -114,6 +114,42 @@ def test_status_report_names_every_fix_and_its_reason() -> None:
 def test_gathered_facts_describe_this_interpreter() -> None:
     facts = gather_facts()
     assert (facts.vllm_version is not None) == VLLM_INSTALLED
+    if facts.vllm_version == "0.32.0":
+        assert facts.shm_reader_spins_one_second, "vLLM 0.32's SpinCondition readers spin for 1 s"
+
+
+@pytest.mark.parametrize(("accelerator", "applies"), [(False, True), (None, True), (True, False)])
+def test_shm_reader_spin_fix_only_on_cpu_engines(accelerator: bool | None, applies: bool) -> None:
+    facts = Facts(vllm_version="0.32.0", accelerator_present=accelerator, shm_reader_spins_one_second=True)
+    decision = shm_spin.decide(facts)
+    assert decision.applies is applies and decision.why
+    assert not shm_spin.decide(Facts(vllm_version="0.33.0", accelerator_present=False)).applies
+    assert not shm_spin.decide(Facts(shm_reader_spins_one_second=True)).applies
+
+
+@pytest.mark.parametrize(
+    ("source", "spins"),
+    [
+        ("    def __init__(self, is_reader: bool, busy_loop_s: float = 1,\n    ):", True),
+        ("        busy_loop_s: float = 1.0)", True),
+        ("        busy_loop_s: float = 0.002,", False),
+        ("        busy_loop_s: float = 10,", False),
+        ("busy_loop_s: float = 1,\n... envs.VLLM_SHM_BROADCAST_BUSY_LOOP_S", False),  # configurable upstream
+        ("", False),
+    ],
+)
+def test_shm_reader_spin_read_from_the_installed_source(source: str, spins: bool) -> None:
+    assert shm_reader_spins_one_second(source) is spins
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [(None, shm_spin.DEFAULT_SPIN_S), ("0", 0.0), ("1", 1.0), ("0.5", 0.5), ("-1", shm_spin.DEFAULT_SPIN_S),
+     ("inf", shm_spin.DEFAULT_SPIN_S), ("nan", shm_spin.DEFAULT_SPIN_S), ("soon", shm_spin.DEFAULT_SPIN_S)],
+)  # fmt: skip
+def test_shm_reader_spin_window_from_the_environment(value: str | None, seconds: float) -> None:
+    environ = {} if value is None else {shm_spin.SPIN_ENV: value}
+    assert shm_spin.reader_spin_seconds(environ) == seconds
 
 
 # ---- the MultiConnector monkeypatch --------------------------------------------------------------------------
@@ -214,6 +250,49 @@ def test_cpu_device_index_answers_zero_without_an_accelerator() -> None:
     present = SimpleNamespace(is_available=lambda: True, current_device_index=lambda: 5)
     with cpu.cpu_device_index(present):
         assert present.current_device_index() == 5
+
+
+def spin_condition_class() -> type:
+    """vLLM's SpinCondition when installed (subclassed, so patching it leaves vLLM's class alone), else a stand-in
+    with its constructor's shape."""
+    if VLLM_INSTALLED:
+        from vllm.distributed.device_communicators.shm_broadcast import SpinCondition
+
+        return type("SpinCondition", (SpinCondition,), {})
+
+    class StandInSpinCondition:
+        def __init__(
+            self, is_reader: bool, context: Any, notify_address: str, busy_loop_s: float = 1
+        ) -> None:
+            self.is_reader = is_reader
+            self.busy_loop_s = busy_loop_s if is_reader else 0
+
+    return StandInSpinCondition
+
+
+def test_shm_reader_spin_patch_shortens_the_readers_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    import zmq
+
+    monkeypatch.setenv(shm_spin.SPIN_ENV, "0.004")
+    cls = spin_condition_class()
+    shm_spin.apply(SimpleNamespace(SpinCondition=cls), Facts())  # type: ignore[arg-type]
+    context = zmq.Context()
+    address = "inproc://motor-test-spin-condition"
+    writer = cls(False, context, address)
+    reader = cls(True, context, address)
+    explicit = cls(True, context, address, 3.0)
+    assert (writer.busy_loop_s, reader.busy_loop_s, explicit.busy_loop_s) == (0, 0.004, 3.0)
+    for spin in (writer, reader, explicit):
+        for name in ("local_notify_socket", "read_cancel_socket", "write_cancel_socket"):
+            if getattr(spin, name, None) is not None:
+                getattr(spin, name).close(linger=0)
+    context.term()
+
+    patched = cls.__init__
+    shm_spin.apply(SimpleNamespace(SpinCondition=cls), Facts())  # type: ignore[arg-type]
+    assert cls.__init__ is patched, "applying twice wraps once"
+    with pytest.raises(PatchTargetError, match="SpinCondition"):
+        shm_spin.apply(SimpleNamespace(), Facts())  # type: ignore[arg-type]
 
 
 def test_hidden_modules_look_uninstalled(monkeypatch: pytest.MonkeyPatch) -> None:
