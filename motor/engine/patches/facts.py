@@ -17,7 +17,8 @@ MULTI_CONNECTOR_FILE = "vllm/distributed/kv_transfer/kv_connector/v1/multi_conne
 UNLISTED_METRICS_ASSERTION = "is not contained in the list of registered connectors"
 SHM_BROADCAST_FILE = "vllm/distributed/device_communicators/shm_broadcast.py"
 SHM_READER_SPIN_DEFAULT = re.compile(r"busy_loop_s:\s*float\s*=\s*1(\.0*)?\s*[,)]")
-SHM_SPIN_ENV = "VLLM_SHM_BROADCAST_BUSY_LOOP_S"
+# Settings proposed upstream for the readers' busy loop: an installed vLLM that reads either needs no fix.
+SHM_SPIN_ENVS = ("VLLM_SHM_BROADCAST_BUSY_LOOP_S", "VLLM_SHM_BROADCAST_BUSY_SLEEP_S")
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Facts:
     mooncake_asks_device_index: bool = False
     # The installed MultiConnector asserts that every sub-connector reporting transfer stats has Prometheus metrics.
     multi_connector_asserts_metrics: bool = False
-    # The installed shared-memory queue readers busy-loop for a hard-coded 1 s after each read (no setting for it).
+    # The installed shared-memory queue readers spin with sched_yield for a hard-coded 1 s after each read.
     shm_reader_spins_one_second: bool = False
 
     def with_accelerator(self, present: bool) -> "Facts":
@@ -94,8 +95,11 @@ def _first_distribution(names: tuple[str, ...]) -> importlib.metadata.Distributi
 
 
 def shm_reader_spins_one_second(source: str) -> bool:
-    """Whether shm_broadcast.py's source gives its readers a 1 s busy loop by default and no setting for it."""
-    return SHM_SPIN_ENV not in source and SHM_READER_SPIN_DEFAULT.search(source) is not None
+    """Whether shm_broadcast.py's source gives its readers a 1 s sched_yield loop by default, with no setting."""
+    configurable = any(name in source for name in SHM_SPIN_ENVS)
+    return (
+        not configurable and "sched_yield()" in source and SHM_READER_SPIN_DEFAULT.search(source) is not None
+    )
 
 
 def _source(distribution: importlib.metadata.Distribution, relative: str) -> str | None:
