@@ -21,9 +21,9 @@ when a request has been in flight S seconds (once per request; py-spy must be in
     .venv/bin/python benchmarks/soak_real_path.py [--requests 300] [--concurrency 4] [--hog 0]
         [--env KEY=VALUE ...] [--dump-after 0] [--keep DIR] [--plot benchmarks/out/soak_real_path.png]
 
-`--env` adds to the engines' environment (`motor_common_env`), `--hog N` runs N busy-looping processes next to
-the deployment while the requests run. Needs the vllm extra (scripts/setup_dev.sh) and, for the plot, the
-bench extra. Everything listens on 127.0.0.1; `motor stop` stops the deployment (also on Ctrl-C). About 9 GB of
+`--env` sets an engine environment variable (in `motor_common_env`, and over the example's per-role value of it);
+`--hog N` runs N busy-looping processes next to the deployment while the requests run. Needs the vllm extra
+(scripts/setup_dev.sh) and, for the plot, the bench extra. Everything listens on 127.0.0.1; `motor stop` stops the deployment (also on Ctrl-C). About 9 GB of
 RAM (three engines).
 """
 
@@ -96,7 +96,11 @@ def write_config(directory: Path, extra_env: dict[str, str]) -> Path:
         engine_config["enable_prompt_tokens_details"] = True
         transfer = engine_config["kv_transfer_config"]["kv_connector_extra_config"]["connectors"][0]
         transfer["kv_port"] = str(base + 24)  # prefill-i serves its KV bootstrap on kv_port + i
-    env["motor_common_env"].update(extra_env)
+    for section in ("motor_common_env", "motor_engine_prefill_env", "motor_engine_decode_env"):
+        # --env wins over the example's per-role settings of the same variable too
+        env[section].update(
+            {k: v for k, v in extra_env.items() if section == "motor_common_env" or k in env[section]}
+        )
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "user_config.json").write_text(json.dumps(user, indent=2))
     (directory / "env.json").write_text(json.dumps(env, indent=2))
@@ -457,6 +461,19 @@ async def run_requests(
     return outcomes, loads
 
 
+# Engine log lines that mark a stalled KV transfer (Mooncake's TCP transport, its store client, MooncakeConnector).
+STALL_MARKS = {
+    "TCP transfers dropped after no progress": "no transfer progress within",
+    "pool reads whose lease expired first": "lease_expired_before_data_transfer_completed",
+    "decode pulls that timed out waiting for P": "Timeout waiting for P side ready",
+}
+
+
+def engine_stall_lines(deployment: Deployment) -> dict[str, int]:
+    logs = [path.read_text(errors="replace") for path in deployment.run_dir.glob("*/engine.log")]
+    return {name: sum(log.count(mark) for log in logs) for name, mark in STALL_MARKS.items()}
+
+
 def coordinator_counters(deployment: Deployment) -> dict[str, float]:
     """The coordinator's retry and cancelled-leg counters, by their labels."""
     text = httpx.get(f"{deployment.mgmt_url}/metrics", timeout=10).text
@@ -484,7 +501,7 @@ def triple(values: list[float]) -> str:
 
 def report(
     outcomes: list[Outcome], loads: list[float], cpu: CpuWindow, counters: dict[str, float],
-    hits: tuple[int, int], args: argparse.Namespace,
+    hits: tuple[int, int], stalls: dict[str, int], args: argparse.Namespace,
 ) -> None:  # fmt: skip
     ok = [o for o in outcomes if o.error is None]
     errors = [o for o in outcomes if o.error is not None]
@@ -512,6 +529,7 @@ def report(
         f"({sum(o.cached for o in ok)} tokens in all, {sum(o.cached > 0 for o in ok)} requests); master get hits "
         f"{hits[1]} of {hits[0]} gets"
     )
+    print("engine logs: " + ", ".join(f"{name} {count}" for name, count in stalls.items()))
     print(
         f"load average (1 min) during the run: start {loads[0]:.1f}, mean {statistics.mean(loads):.1f}, "
         f"max {max(loads):.1f}; CPU used: machine {cpu.machine / cpu.seconds:.2f} cores, processes outside this "
@@ -584,7 +602,9 @@ def main() -> int:
     if extra_env:
         print(f"extra engine env: {extra_env}")
     deployment = deploy(workdir, extra_env)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # Started in the background, a process inherits SIGINT ignored: both signals stop the run (and the job).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         planned = plan(args, deployment.block_size)
         counters_before = coordinator_counters(deployment)
@@ -606,11 +626,12 @@ def main() -> int:
         )
     finally:
         stop(deployment)
+        stalls = engine_stall_lines(deployment)
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     if args.hog:
         print(f"with {args.hog} busy-looping process(es) next to the deployment")
-    report(outcomes, loads, cpu, counters, hits, args)
+    report(outcomes, loads, cpu, counters, hits, stalls, args)
     plot(outcomes, args)
     return 0
 

@@ -548,6 +548,12 @@ _implemented(
     "transfer timeouts",
 )
 _implemented(_P, "metrics_port", "motor's own key: mooncake_master's metrics port (default 9003)")
+_implemented(
+    _P,
+    "allocation_strategy",
+    "motor's own key: mooncake_master's --allocation_strategy (random, free_ratio_first, local_first, cxl, "
+    "ssd_free_ratio_first; unset: the master's default)",
+)
 _passed(
     _P,
     "prefer_alloc_in_same_node preferred_segment replica_num",
