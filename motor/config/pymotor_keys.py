@@ -564,7 +564,7 @@ _T = "kv_cache_store_config"
 _implemented(
     _T,
     "metadata_server protocol device_name global_segment_size local_buffer_size eviction_high_watermark_ratio "
-    "eviction_ratio default_kv_lease_ttl port metrics_port",
+    "eviction_ratio default_kv_lease_ttl port metrics_port allocation_strategy",
     "same meaning as in kv_cache_pool_config",
 )
 _implemented(
