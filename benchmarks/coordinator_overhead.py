@@ -189,7 +189,11 @@ def start_coordinator(config: str, work: Path) -> Coordinator:
     spec_path = directory / "coordinator.spec.json"
     spec_path.write_text(plan.files[spec_path.name])
     args = [sys.executable, "-m", "motor.coordinator", "--spec", str(spec_path)]
-    process = spawn(f"coordinator-{config}", args, infer_port, work)
+    # the API keys travel in the environment, as `motor deploy` hands them over (the spec only names them)
+    secrets = {
+        name: value for name, value in plan.component("coordinator").env.items() if name == "MOTOR_API_KEYS"
+    }
+    process = spawn(f"coordinator-{config}", args, infer_port, work, env=secrets)
     wait_http(process, f"http://127.0.0.1:{mgmt_port}/startup")
     headers = {"authorization": f"Bearer {API_KEY}"} if config == SECURED else {}
     return Coordinator(process, mgmt_port, headers)

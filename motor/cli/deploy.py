@@ -47,16 +47,23 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     add_config_arguments(deploy)
     deploy.add_argument("--dry-run", action="store_true", help="only produce the Kubernetes manifests")
     deploy.add_argument("--output", type=Path, help="with --dry-run: directory to write the manifests into")
+    deploy.add_argument(
+        "--include-secrets",
+        action="store_true",
+        help="with --dry-run: write the Secrets' values (API keys, tokens) instead of markers",
+    )
     update = deploy.add_mutually_exclusive_group()
     update.add_argument(
         "--update-config",
         action="store_true",
-        help="re-apply only the ConfigMap; refused unless every change is whitelisted (log levels, timeouts)",
+        help="apply a config change to the running job (Kubernetes: the ConfigMap; local: restart the "
+        "components whose spec changed); refused unless every change is whitelisted (log levels, timeouts)",
     )
     update.add_argument(
         "--update-instance-num",
         action="store_true",
-        help="scale engine instances to the new counts (nothing else may change)",
+        help="scale the running job's engine instances to the new counts (nothing else may change); "
+        "removed instances are drained first",
     )
     deploy.add_argument(
         "--create-namespace", action="store_true", help="create the job's namespace (= job_id)"
@@ -119,8 +126,8 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_deploy(args: argparse.Namespace) -> int:
-    if args.output is not None and not args.dry_run:
-        print("motor: --output only goes with --dry-run", file=sys.stderr)
+    if (args.output is not None or args.include_secrets) and not args.dry_run:
+        print("motor: --output and --include-secrets only go with --dry-run", file=sys.stderr)
         return EXIT_USAGE
     topology = load_topology(args)
     if isinstance(topology, int):
@@ -139,14 +146,7 @@ def run_deploy(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(topology, texts, args)
     if topology.user.motor_deploy_config.deploy_mode == "local":
-        if args.update_config or args.update_instance_num:
-            print(
-                "motor: --update-config and --update-instance-num act on Kubernetes deployments; for deploy_mode "
-                "local run `motor stop` and `motor deploy` again",
-                file=sys.stderr,
-            )
-            return EXIT_USAGE
-        return _deploy_local(topology, _run_root(args))
+        return _deploy_local(topology, _run_root(args), args)
     return _deploy_kubernetes(topology, texts, args)
 
 
@@ -161,7 +161,7 @@ def _choose_target(topology: Topology, texts: "ConfigTexts", args: argparse.Name
             return topology
         print(f"motor: cannot render Kubernetes objects: {kubernetes.describe()}", file=sys.stderr)
         return EXIT_USAGE
-    if local_fit.fits and not (args.update_config or args.update_instance_num):
+    if local_fit.fits:
         print("deploy_mode not set and the topology fits this host: deploying locally", file=sys.stderr)
         return _with_deploy_mode(texts, "local")
     print(
@@ -186,7 +186,8 @@ def _with_deploy_mode(texts: "ConfigTexts", deploy_mode: str) -> Topology | int:
 
 
 def _dry_run(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace) -> int:
-    from motor.deploy.k8s.manifests import build_manifests
+    from motor.deploy.k8s.manifests import ManifestFile, build_manifests
+    from motor.deploy.k8s.secrets import redact_objects
     from motor.deploy.k8s.yaml_io import dump_all, write_manifests
 
     plan = _plan(topology, "kubernetes")
@@ -203,12 +204,16 @@ def _dry_run(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace)
     except ValueError as exc:
         print(f"motor: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if not args.include_secrets:
+        files = [ManifestFile(f.name, redact_objects(f.objects)) for f in files]
     if args.output is None:
         sys.stdout.write(dump_all([obj for manifest_file in files for obj in manifest_file.objects]))
         return 0
     written = write_manifests(files, args.output)
     count = sum(len(manifest_file.objects) for manifest_file in files)
     print(f"wrote {count} object(s) in {len(written)} file(s) to {args.output} (dry run: nothing applied)")
+    if not args.include_secrets:
+        print("  Secret values are written as markers; --include-secrets writes them")
     for path in written:
         print(f"  {path.name}")
     return 0
@@ -235,10 +240,12 @@ def _deploy_kubernetes(topology: Topology, texts: "ConfigTexts", args: argparse.
     return _with_client(args, lambda client: operation(client, job))
 
 
-def _deploy_local(topology: Topology, run_root: Path) -> int:
+def _deploy_local(topology: Topology, run_root: Path, args: argparse.Namespace) -> int:
     job_dir = run_root / topology.user.motor_deploy_config.job_id
     # Engines start in their own run directories: model paths relative to here must not stay relative.
     topology = local.with_local_model_paths(topology, Path.cwd())
+    if args.update_config or args.update_instance_num:
+        return local.update_local(topology, run_root, scale=args.update_instance_num)
     plan = _plan(topology, "local", config_dir=str(job_dir / "config"), run_dir=str(job_dir))
     if isinstance(plan, int):
         return plan

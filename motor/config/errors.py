@@ -21,9 +21,12 @@ class ConfigError(Exception):
 
 
 def json_path(location: tuple[object, ...]) -> str:
-    """('a', 'b', 3, 'c') -> 'a.b[3].c'."""
+    """('a', 'b', 3, 'c') -> 'a.b[3].c'; pydantic's '[key]' marker of a refused dict key is dropped (the path
+    then ends on the key itself)."""
     path = ""
     for part in location:
+        if part == "[key]":
+            continue
         if isinstance(part, int):
             path += f"[{part}]"
         else:

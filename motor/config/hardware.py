@@ -14,6 +14,7 @@ class Hardware:
     family: str
     resource: str | None  # the Kubernetes extended resource of one accelerator; None: nothing to request
     cluster_only: bool  # True: motor's local mode cannot drive these accelerators on this machine
+    engines_as_root: bool = False  # the engine stack needs root (Ascend: driver files, CANN logs and caches)
 
 
 _ASCEND_910 = "huawei.com/Ascend910"
@@ -34,11 +35,11 @@ HARDWARE: dict[str, Hardware] = {
     for hardware in (
         Hardware("cpu", "motor: no accelerator", None, False),
         Hardware("nvidia-gpu", "motor: NVIDIA GPU", "nvidia.com/gpu", False),
-        Hardware("800I_A2", "Atlas A2", _ASCEND_910, True),
-        Hardware("800T_A2", "Atlas A2", _ASCEND_910, True),
-        Hardware("800I_A3", "Atlas A3", _ASCEND_910, True),
-        Hardware("800T_A3", "Atlas A3", _ASCEND_910, True),
-        *(Hardware(name, "Atlas A5", _ASCEND_NPU, True) for name in _A5_TYPES),
+        Hardware("800I_A2", "Atlas A2", _ASCEND_910, True, engines_as_root=True),
+        Hardware("800T_A2", "Atlas A2", _ASCEND_910, True, engines_as_root=True),
+        Hardware("800I_A3", "Atlas A3", _ASCEND_910, True, engines_as_root=True),
+        Hardware("800T_A3", "Atlas A3", _ASCEND_910, True, engines_as_root=True),
+        *(Hardware(name, "Atlas A5", _ASCEND_NPU, True, engines_as_root=True) for name in _A5_TYPES),
     )
 }
 
@@ -47,6 +48,11 @@ DEFAULT_HARDWARE = "cpu"
 
 def known_hardware() -> list[str]:
     return list(HARDWARE)
+
+
+def engines_as_root(hardware_type: str) -> bool:
+    hardware = HARDWARE.get(hardware_type)
+    return hardware is not None and hardware.engines_as_root
 
 
 def accelerator_resource(hardware_type: str) -> str | None:

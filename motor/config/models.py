@@ -51,6 +51,33 @@ class LoggingConfig(Section):
     log_level: LogLevel = "INFO"
 
 
+class TlsConfig(Section):
+    """pyMotor's TLS setting of one channel. Paths to PEM files; `passwd_file` holds the password of an
+    encrypted `key_file`. A server presents cert_file/key_file and, when ca_file is set, requires client
+    certificates signed by it (mutual TLS); a client verifies the server against ca_file (else the system's
+    trust store) and presents cert_file/key_file when given. crl_file lists revoked certificates."""
+
+    enable_tls: Bool = False
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    passwd_file: str = ""
+    crl_file: str = ""
+
+    @property
+    def paths(self) -> dict[str, str]:
+        """The file fields that are set, by name."""
+        return {name: value for name, value in self.model_dump().items() if name.endswith("_file") and value}
+
+
+class DeployTlsConfig(Section):
+    """`motor_deploy_config.tls_config`: defaults for the component sections' own TLS settings."""
+
+    infer_tls_config: TlsConfig | None = None
+    mgmt_tls_config: TlsConfig | None = None
+    etcd_tls_config: TlsConfig | None = None
+
+
 # ---- motor_deploy_config ---------------------------------------------------------------------------------
 
 DeployMode = Literal["local", "multi_deployment", "single_container", "infer_service_set"]
@@ -62,6 +89,20 @@ def _known_hardware(value: str) -> str:
         raise ValueError(
             f"{value!r} is not a hardware type pyMotor or motor knows{did_you_mean(value, known_hardware())}; "
             f"known: {', '.join(known_hardware())}"
+        )
+    return value
+
+
+# What pyMotor's engine pod templates give /dev/shm (a memory-backed emptyDir).
+DEFAULT_DSHM_SIZE = "4Gi"
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)$")
+
+
+def _memory_quantity(value: str) -> str:
+    if not _QUANTITY.match(value):
+        raise ValueError(
+            f"{value!r} is not a Kubernetes memory quantity with a unit (a bare number would mean bytes); "
+            "write it like '4Gi' or '512Mi'"
         )
     return value
 
@@ -83,6 +124,8 @@ class DeployConfig(Section):
     deploy_mode: DeployMode | None = Field(
         default=None, description="absent: pyMotor's default, infer_service_set (a Kubernetes deployment)"
     )
+    tls_config: DeployTlsConfig = DeployTlsConfig()
+    dshm_size: Annotated[str, AfterValidator(_memory_quantity)] = DEFAULT_DSHM_SIZE
 
     @property
     def kubernetes_layout(self) -> Literal["multi_deployment", "single_container"]:
@@ -113,6 +156,11 @@ class EtcdConfig(Section):
     etcd_host: str = "127.0.0.1"
     etcd_port: Port = 2379
     etcd_timeout: PositiveSeconds = 5.0
+    etcd_auth_secret: str | None = Field(
+        default=None,
+        description="motor's own key: on Kubernetes, an existing Secret with keys `username` and `password` "
+        "for etcd authentication (else env.json's MOTOR_ETCD_USERNAME / MOTOR_ETCD_PASSWORD, if set)",
+    )
 
 
 class ControllerConfig(Section):
@@ -121,6 +169,8 @@ class ControllerConfig(Section):
     instance_config: InstanceConfig = InstanceConfig()
     event_config: EventConfig = EventConfig()
     etcd_config: EtcdConfig = EtcdConfig()
+    mgmt_tls_config: TlsConfig | None = None
+    etcd_tls_config: TlsConfig | None = None
 
 
 # ---- motor_coordinator_config ----------------------------------------------------------------------------
@@ -214,6 +264,8 @@ class CoordinatorConfig(Section):
     request_limit: RequestLimitConfig = RequestLimitConfig()
     api_config: CoordinatorApiConfig = CoordinatorApiConfig()
     inference_workers_config: InferenceWorkersConfig = InferenceWorkersConfig()
+    infer_tls_config: TlsConfig | None = None
+    mgmt_tls_config: TlsConfig | None = None
 
 
 # ---- motor_nodemanger_config -----------------------------------------------------------------------------
@@ -236,6 +288,7 @@ class NodeManagerConfig(Section):
     api_config: NodeManagerApiConfig = NodeManagerApiConfig()
     endpoint_config: EndpointConfig = EndpointConfig()
     basic_config: NodeManagerBasicConfig = NodeManagerBasicConfig()
+    mgmt_tls_config: TlsConfig | None = None
 
 
 # ---- engine sections -------------------------------------------------------------------------------------
@@ -289,8 +342,21 @@ def _env_value(value: object) -> str:
     raise ValueError("environment values must be strings, numbers or booleans")
 
 
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _env_name(value: str) -> str:
+    if not _ENV_NAME.match(value):
+        raise ValueError(
+            f"{value!r} is not an environment variable name a shell accepts: letters, digits and '_', not "
+            "starting with a digit; rename it"
+        )
+    return value
+
+
 EnvValue = Annotated[str, BeforeValidator(_env_value)]
-EnvMap = dict[str, EnvValue]
+EnvName = Annotated[str, AfterValidator(_env_name)]
+EnvMap = dict[EnvName, EnvValue]
 
 
 class EnvConfig(Section):

@@ -5,8 +5,12 @@ Instances are numbered in order prefill, decode, union (k = 0, 1, ...); instance
 A producer whose transfer connector serves a KV bootstrap endpoint (vLLM's MooncakeConnector) uses the
 connector's `kv_port + i` for the i-th instance of its role. Store connectors' host-local lookup sockets get the
 configured id + k (see `motor.kv.store_ids`).
+
+A running local job that is scaled keeps the ordinals of the instances it keeps (`kept`), so their ports do not
+move; the new instances take the smallest ordinals no kept instance holds.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -44,13 +48,23 @@ class InstancePorts:
     kv_bootstrap_port: int | None = None
 
 
-def instance_ports(roles: "dict[Role, RoleSpec]") -> list[InstancePorts]:
+def instance_ports(
+    roles: "dict[Role, RoleSpec]", kept: Mapping[str, int] | None = None
+) -> list[InstancePorts]:
+    """Every instance's ports, in order prefill, decode, union; `kept` maps instance names to the ordinals they
+    keep (names of instances the roles no longer have are ignored)."""
+    names = [f"{spec.role}-{index}" for spec in roles.values() for index in range(spec.instances)]
+    held = {name: k for name, k in (kept or {}).items() if name in names}
+    if len(set(held.values())) != len(held):
+        raise ValueError(f"kept ordinals {held} give two instances the same ordinal")
+    free = (k for k in range(len(names) + len(held)) if k not in held.values())
+    ordinals = {name: held[name] if name in held else next(free) for name in names}
     result = []
-    k = 0
     for spec in roles.values():
         nm = spec.node_manager
         bootstrap_base = kv_bootstrap_base(spec)
         for index in range(spec.instances):
+            k = ordinals[f"{spec.role}-{index}"]
             base = nm.endpoint_config.base_port + 2 * k
             result.append(
                 InstancePorts(
@@ -64,7 +78,6 @@ def instance_ports(roles: "dict[Role, RoleSpec]") -> list[InstancePorts]:
                     kv_bootstrap_port=None if bootstrap_base is None else bootstrap_base + index,
                 )
             )
-            k += 1
     return result
 
 

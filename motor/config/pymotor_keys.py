@@ -79,10 +79,20 @@ _LOG_EXTRAS = (
     "third_party_log_levels log_file"
 )
 _TLS_KEYS = "enable_tls ca_file cert_file key_file passwd_file crl_file"
-_TLS_NOTE = (
-    "motor's components talk plain HTTP inside the deployment (the controller token authenticates instance "
-    "pushes); terminate TLS in front of the coordinator"
+_TLS_NOTE = "motor has no such channel; the TLS settings motor implements are infer, mgmt and etcd"
+_TLS_FIELDS_NOTE = (
+    "PEM paths (absolute); the server presents cert_file/key_file and requires client certificates signed by "
+    "ca_file when it is set; clients verify peers with ca_file; passwd_file holds key_file's password; see "
+    "docs/security.md"
 )
+
+
+def _tls(parent: str, key: str, note: str) -> None:
+    """A TLS section motor implements: {enable_tls, ca_file, cert_file, key_file, passwd_file, crl_file}."""
+    _implemented(parent, key, note)
+    _implemented(f"{parent}.{key}", _TLS_KEYS, _TLS_FIELDS_NOTE)
+
+
 _STANDBY_KEYS = (
     "enable_master_standby master_standby_check_interval master_lock_ttl master_lock_retry_interval "
     "master_lock_max_failures master_lock_key"
@@ -145,7 +155,7 @@ def _node_manager(parent: str) -> None:
         "computed by pyMotor at run time; motor shifts ports per instance itself (deploy_mode single_container)",
     )
     _warned_section(f"{path}.port_allocator_config", _PORT_ALLOCATOR_KEYS, _PORT_ALLOCATOR_NOTE)
-    _warned_section(f"{path}.mgmt_tls_config", _TLS_KEYS, _TLS_NOTE)
+    _tls(path, "mgmt_tls_config", "the node manager's API and its calls to the controller")
     _warned_section(
         f"{path}.kv_cache_store_config",
         "enable backend service local_service_mode dram_size port config_store_port local_config_path",
@@ -217,11 +227,20 @@ _implemented(
     "deployment, and `motor validate` reports which targets fit",
 )
 _warned(_D, "e_instances_num single_e_instance_pod_num e_pod_npu_num", "motor has no encode (EPD) role")
-_warned_section(
-    f"{_D}.tls_config",
-    "mgmt_tls_config infer_tls_config etcd_tls_config grpc_tls_config observability_tls_config north_tls_config",
-    _TLS_NOTE,
+_implemented(
+    _D,
+    "tls_config",
+    "defaults for the component sections' infer/mgmt/etcd_tls_config (a component's own setting wins)",
 )
+_tls(f"{_D}.tls_config", "infer_tls_config", "default of motor_coordinator_config.infer_tls_config")
+_tls(
+    f"{_D}.tls_config",
+    "mgmt_tls_config",
+    "default of every component's mgmt_tls_config (controller, coordinator, node managers)",
+)
+_tls(f"{_D}.tls_config", "etcd_tls_config", "default of motor_controller_config.etcd_tls_config")
+for _tls_section in ("grpc_tls_config", "observability_tls_config", "north_tls_config"):
+    _warned_section(f"{_D}.tls_config.{_tls_section}", _TLS_KEYS, _TLS_NOTE)
 _warned(
     _D,
     "enable_pd_heterogeneous pd_heterogeneous_label_key pd_heterogeneous_prefill_label_value "
@@ -234,7 +253,12 @@ _warned_section(
     "enable type storage_class_name claim_name size mount_path access_mode server path host_path_type read_only",
     "motor mounts only weight_mount_path into engine pods; add other volumes to the rendered manifests",
 )
-_warned(_D, "dshm_size", "motor's engine pods use the node's default /dev/shm")
+_implemented(
+    _D,
+    "dshm_size",
+    "size of the memory-backed /dev/shm of engine pods (Kubernetes quantity, default 4Gi as pyMotor's "
+    "templates); it counts against the pod's memory",
+)
 _warned(_D, "env_path", "motor reads env.json from --env-config / --config-dir")
 _warned(_D, "coordinator_node_selector", "motor adds no node selectors")
 
@@ -271,6 +295,11 @@ _warned(
     "the controller pushes instance changes as they happen and resends the full set on every heartbeat",
 )
 _implemented(f"{_C}.etcd_config", "etcd_host etcd_port etcd_timeout enable_etcd_persistence")
+_implemented(
+    f"{_C}.etcd_config",
+    "etcd_auth_secret",
+    "motor's own key: on Kubernetes, an existing Secret (keys username, password) for etcd authentication",
+)
 _warned(f"{_C}.etcd_config", "etcd_lb_policy", "motor talks to the one etcd endpoint given")
 _warned_section(
     f"{_C}.fault_tolerance_config",
@@ -288,8 +317,10 @@ _warned_section(
 )
 _warned_section(f"{_C}.standby_config", _STANDBY_KEYS, _STANDBY_NOTE)
 _warned_section(f"{_C}.port_allocator_config", _PORT_ALLOCATOR_KEYS, _PORT_ALLOCATOR_NOTE)
-for _tls in ("mgmt_tls_config", "etcd_tls_config", "grpc_tls_config", "observability_tls_config"):
-    _warned_section(f"{_C}.{_tls}", _TLS_KEYS, _TLS_NOTE)
+_tls(_C, "mgmt_tls_config", "the controller's API and its pushes to coordinators and calls to node managers")
+_tls(_C, "etcd_tls_config", "the controller's etcd client (gRPC over TLS; crl_file is refused)")
+for _tls_section in ("grpc_tls_config", "observability_tls_config"):
+    _warned_section(f"{_C}.{_tls_section}", _TLS_KEYS, _TLS_NOTE)
 _warned(
     _C,
     "precision_auto_recovery_enabled precision_auto_recovery_enable",
@@ -446,8 +477,11 @@ _warned_section(
     "etcd_host etcd_port etcd_timeout etcd_lb_policy enable_etcd_persistence",
     "the coordinator keeps no state in etcd; it gets the instance set from the controller",
 )
-for _tls in ("infer_tls_config", "mgmt_tls_config", "etcd_tls_config"):
-    _warned_section(f"{_K}.{_tls}", _TLS_KEYS, _TLS_NOTE)
+_tls(_K, "infer_tls_config", "the client-facing OpenAI API (inference port)")
+_tls(_K, "mgmt_tls_config", "the management port (instance pushes, probes, /metrics)")
+_warned_section(
+    f"{_K}.etcd_tls_config", _TLS_KEYS, "the coordinator keeps no state in etcd; it talks to no etcd"
+)
 _warned_section(
     f"{_K}.tracer_config",
     "endpoint root_sampling_rate remote_parent_sampled remote_parent_not_sampled local_parent_sampled "

@@ -26,6 +26,7 @@ from motor.config.ports import (
     local_port_uses,
     pod_port_uses,
 )
+from motor.config.tls import TlsSettings, resolve_tls
 from motor.config.transfer import (
     apply_role,
     check_engine_compatibility,
@@ -95,6 +96,7 @@ class Topology:
     ports: list[PortUse]
     warnings: list[str] = field(default_factory=list)
     targets: tuple[TargetFit, ...] = ()
+    tls: TlsSettings = field(default_factory=TlsSettings)
 
     def fit(self, target: Target) -> TargetFit:
         return next(fit for fit in self.targets if fit.target == target)
@@ -188,13 +190,18 @@ def build_topology(
             node_manager_path=f"{path}.{NODE_MANAGER_KEY}" if own_node_manager else NODE_MANAGER_KEY,
         )
 
+    tls = resolve_tls(
+        user,
+        {role: (spec.node_manager_path, spec.node_manager.mgmt_tls_config) for role, spec in roles.items()},
+        issues,
+    )
     shared_host = deploy.deploy_mode in SHARED_HOST_MODES
     ports = local_port_uses(user, roles, pool) if shared_host else []
     targets = _check_targets(user, roles, pool, issues, broken)
     _check_store_lookup_ids(roles, transfer, shared_host, issues)
     if len(issues) > before or profile is None:
         return None
-    return Topology(user, env, roles, profile, pool, ports, warnings, targets)
+    return Topology(user, env, roles, profile, pool, ports, warnings, targets, tls)
 
 
 def _role_sections(

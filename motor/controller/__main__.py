@@ -14,7 +14,8 @@ from motor.controller.app import build_app
 from motor.controller.persistence import EtcdUnavailable
 from motor.controller.service import Controller
 from motor.controller.settings import ControllerSettings, SettingsError, controller_settings
-from motor.protocol.specs import ControllerSpec, SpecError, load_spec
+from motor.protocol.specs import ControllerSpec, SpecError, load_spec, url_scheme
+from motor.runtime.tls import TlsError, client_context, server_context
 
 log = logging.getLogger("motor.controller")
 
@@ -24,7 +25,9 @@ async def serve(settings: ControllerSettings) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    async with aiohttp.ClientSession() as session:
+    tls = settings.mgmt_tls
+    connector = aiohttp.TCPConnector(ssl=client_context(tls)) if tls is not None else None
+    async with aiohttp.ClientSession(connector=connector) as session:
         controller = Controller(settings, session)
         restored = await controller.restore()
         if controller.store is not None:
@@ -32,9 +35,11 @@ async def serve(settings: ControllerSettings) -> None:
         work = asyncio.create_task(controller.run())
         runner = web.AppRunner(build_app(controller, healthy=lambda: not work.done()), access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, settings.host, settings.port).start()
+        site_tls = server_context(tls) if tls is not None else None
+        await web.TCPSite(runner, settings.host, settings.port, ssl_context=site_tls).start()
         log.info(
-            "controller listening on http://%s:%d; coordinators: %s",
+            "controller listening on %s://%s:%d; coordinators: %s",
+            url_scheme(tls),
             settings.host,
             settings.port,
             ", ".join(settings.coordinator_urls),
@@ -65,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         asyncio.run(serve(settings))
+    except TlsError as exc:
+        log.error("management TLS: %s", exc)
+        return 2
     except EtcdUnavailable as exc:
         log.error("%s", exc)
         return 1

@@ -26,6 +26,10 @@ CONTROLLER_KEY = web.AppKey("controller", Controller)
 HEALTH_KEY = web.AppKey("health", Callable[[], bool])
 METRICS_KEY = web.AppKey("metrics", CollectorRegistry)
 
+# How long a `stopped` heartbeat waits for the coordinators' acknowledgement: less than the node manager waits
+# for its answer (2 s), so that it still hears back.
+STOPPED_ROUTING_WAIT_S = 1.5
+
 M = TypeVar("M", bound=BaseModel)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -96,10 +100,16 @@ async def register(request: web.Request) -> web.Response:
 
 async def heartbeat(request: web.Request) -> web.Response:
     beat = await parse(request, Heartbeat)
+    controller = request.app[CONTROLLER_KEY]
     try:
-        return json_model(request.app[CONTROLLER_KEY].heartbeat(beat))
+        ack = controller.heartbeat(beat)
     except UnknownInstance:
         return unknown(beat.instance_id)
+    # The node manager stops its engine once a `stopped` heartbeat is answered: let the coordinators stop
+    # routing to it first, so that no new request reaches an engine that is shutting down.
+    if beat.engine_state == "stopped" and not await controller.pusher.settled(STOPPED_ROUTING_WAIT_S):
+        log.warning("%s stops before every coordinator acknowledged its removal", beat.instance_id)
+    return json_model(ack)
 
 
 async def terminate_instance(request: web.Request) -> web.Response:

@@ -25,6 +25,7 @@ from motor.runtime.backoff import Backoff
 log = logging.getLogger(__name__)
 
 PUSH_TIMEOUT_S = 2.0
+SETTLED_POLL_S = 0.01
 # A link retries until its push is acknowledged: it never gives up.
 PUSH_RETRY = Backoff(initial_s=0.2, factor=2.0, cap_s=2.0)
 
@@ -65,11 +66,16 @@ class CoordinatorLink:
         self._needs_set = True
         self._wake.set()
 
+    @property
+    def pending(self) -> bool:
+        """Events (or a `set`) not yet acknowledged by the coordinator."""
+        return self._needs_set or bool(self._events)
+
     def view(self) -> CoordinatorLinkView:
         return CoordinatorLinkView(
             url=self.url,
             acknowledged_events=self._acknowledged,
-            pending=self._needs_set or bool(self._events),
+            pending=self.pending,
             last_error=self._last_error,
             version=self._version,
         )
@@ -148,6 +154,17 @@ class EventPusher:
     def reconcile(self) -> None:
         for link in self.links:
             link.reconcile()
+
+    async def settled(self, timeout_s: float) -> bool:
+        """Wait until every coordinator acknowledged what was published so far: True, or False after
+        `timeout_s` (a coordinator that does not answer)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while any(link.pending for link in self.links):
+                    await asyncio.sleep(SETTLED_POLL_S)
+        except TimeoutError:
+            return False
+        return True
 
     async def run(self, interval: float) -> None:
         """Run every link, asking each for a full `set` right away and then every `interval` seconds."""

@@ -102,8 +102,10 @@ class InstanceRegistry:
         return Change(deleted, record.status, record.node_manager_url)
 
     def restore(self, instance: Instance, node_manager_url: str, now: float) -> None:
-        """Re-create a persisted instance; its node manager has a full heartbeat timeout to show up."""
-        self._records[instance.id] = InstanceRecord(instance, node_manager_url, "starting", 0, now)
+        """Re-create a persisted instance as `initial`: it is pushed as routable only once a heartbeat reports
+        its engine healthy, and expires like any instance that never became active."""
+        initial = instance.model_copy(update={"status": "initial"})
+        self._records[instance.id] = InstanceRecord(initial, node_manager_url, "starting", 0, now)
 
     def get(self, instance_id: str) -> InstanceRecord | None:
         return self._records.get(instance_id)

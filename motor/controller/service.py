@@ -38,7 +38,16 @@ class Controller:
         self.pusher = EventPusher(
             settings.coordinator_urls, self.registry.active, session, token=settings.token
         )
-        self.store = EtcdStore(settings.etcd, settings.job_id) if settings.etcd else None
+        self.store = (
+            EtcdStore(
+                settings.etcd,
+                settings.job_id,
+                username=settings.etcd_username,
+                password=settings.etcd_password,
+            )
+            if settings.etcd
+            else None
+        )
 
     async def restore(self) -> int:
         """Load the persisted instance set (if persistence is on); returns how many instances came back."""
@@ -47,6 +56,7 @@ class Controller:
         persisted = await self.store.load()
         now = time.monotonic()
         for item in persisted:
+            # not routable again until its node manager's heartbeat says the engine is healthy
             self.registry.restore(item.instance, item.node_manager_url, now)
             log.info(
                 "restored instance %s (%s) from %s", item.instance.id, item.instance.status, self.store.where

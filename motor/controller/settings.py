@@ -4,8 +4,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from motor.config.models import EtcdConfig
-from motor.protocol.specs import ControllerSpec
+from motor.protocol.specs import ControllerSpec, EtcdSpec, TlsFiles
 
 
 class SettingsError(ValueError):
@@ -23,8 +22,11 @@ class ControllerSettings:
     expired_timeout: float
     check_interval: float
     reconcile_interval: float
-    etcd: EtcdConfig | None
+    etcd: EtcdSpec | None
     log_level: str
+    mgmt_tls: TlsFiles | None = None
+    etcd_username: str = ""
+    etcd_password: str = ""
 
 
 def controller_settings(spec: ControllerSpec, environ: Mapping[str, str] = os.environ) -> ControllerSettings:
@@ -46,4 +48,17 @@ def controller_settings(spec: ControllerSpec, environ: Mapping[str, str] = os.en
         reconcile_interval=spec.reconcile_interval,
         etcd=spec.etcd,
         log_level=spec.log_level,
+        mgmt_tls=spec.mgmt_tls,
+        **_etcd_credentials(spec.etcd, environ),
     )
+
+
+def _etcd_credentials(etcd: EtcdSpec | None, environ: Mapping[str, str]) -> dict[str, str]:
+    if etcd is None:
+        return {}
+    username, password = etcd.username.resolve(environ), etcd.password.resolve(environ)
+    if username and not password:
+        raise SettingsError(
+            f"{etcd.username.env} is set but {etcd.password.env} is not: etcd authentication needs both"
+        )
+    return {"etcd_username": username, "etcd_password": password}

@@ -9,6 +9,9 @@ from typing import Any
 
 import uvicorn
 
+from motor.protocol.specs import TlsFiles
+from motor.runtime.tls import server_context
+
 # 2,000+ clients may connect at once; the kernel caps this at net.core.somaxconn.
 BACKLOG = 8192
 GRACEFUL_SHUTDOWN_SECONDS = 5.0
@@ -39,7 +42,11 @@ def listen_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.s
     return sock
 
 
-def make_server(app: Any, *, keep_alive_timeout: float, log_level: str) -> EmbeddedServer:
+def make_server(
+    app: Any, *, keep_alive_timeout: float, log_level: str, tls: TlsFiles | None = None
+) -> EmbeddedServer:
+    """`tls`: serve HTTPS with these files (client certificates required when they name a CA)."""
+    context = server_context(tls) if tls is not None else None
     config = uvicorn.Config(
         app,
         loop="none",
@@ -55,6 +62,7 @@ def make_server(app: Any, *, keep_alive_timeout: float, log_level: str) -> Embed
         timeout_keep_alive=int(max(1, round(keep_alive_timeout))),
         timeout_graceful_shutdown=int(GRACEFUL_SHUTDOWN_SECONDS),
         backlog=BACKLOG,
+        ssl_context_factory=(lambda _config, _default: context) if context is not None else None,
     )
     return EmbeddedServer(config)
 

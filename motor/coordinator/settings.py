@@ -1,4 +1,5 @@
-"""What the coordinator needs: its compiled spec, with the controller token read from the environment."""
+"""What the coordinator needs: its compiled spec, with the controller token and the API keys read from the
+environment (the spec names the variables)."""
 
 import os
 from collections.abc import Mapping
@@ -9,7 +10,7 @@ from motor.config.models import CoordinatorConfig
 from motor.kv.connectors import DispatchProfile
 from motor.protocol.engine import engine_owned_by
 from motor.protocol.instances import InstanceRole
-from motor.protocol.specs import CoordinatorSpec
+from motor.protocol.specs import CoordinatorSpec, TlsFiles
 
 
 @dataclass(frozen=True)
@@ -27,13 +28,21 @@ class CoordinatorSettings:
     run_dir: str | None
     spec_path: Path | None  # where workers of a multi-worker coordinator read the same spec
     controller_token: str | None  # when set, POST /instances/refresh requires it as a bearer token
+    infer_tls: TlsFiles | None = None
+    mgmt_tls: TlsFiles | None = None
 
     @classmethod
     def from_spec(
         cls, spec: CoordinatorSpec, spec_path: Path | None = None, environ: Mapping[str, str] = os.environ
     ) -> "CoordinatorSettings":
+        config = spec.config
+        if spec.api_keys is not None:
+            keys = [line.strip() for line in spec.api_keys.resolve(environ).splitlines() if line.strip()]
+            config = config.model_copy(
+                update={"api_key_config": config.api_key_config.model_copy(update={"valid_keys": keys})}
+            )
         return cls(
-            config=spec.config,
+            config=config,
             profile=spec.profile,
             required_roles=tuple(spec.required_roles),
             advertise_host=spec.advertise_host,
@@ -46,4 +55,6 @@ class CoordinatorSettings:
             run_dir=spec.run_dir,
             spec_path=spec_path,
             controller_token=spec.controller_token.resolve(environ) or None,
+            infer_tls=spec.infer_tls,
+            mgmt_tls=spec.mgmt_tls,
         )

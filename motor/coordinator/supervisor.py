@@ -37,6 +37,7 @@ from motor.runtime.backoff import Backoff
 from motor.runtime.channel import Channel, open_channel
 from motor.runtime.processes import Child, grace_around, spawn, stop_all
 from motor.runtime.supervision import Health, RestartPolicy, SupervisedChild
+from motor.runtime.tls import server_context
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,6 @@ class Supervisor:
         self.settings = settings
         self.profile = settings.profile.value
         self.required_roles = settings.required_roles
-        self.tracks_load = False
         self.registry = InstanceRegistry()
         self._spec_path = settings.spec_path
         self._prometheus_dir = run_dir / f"coordinator-{settings.mgmt_port}-metrics"
@@ -255,14 +255,17 @@ async def run_supervisor(
     port_guard = listen_socket(settings.bind_host, settings.infer_port, reuse_port=True)
     mgmt_socket = listen_socket(settings.bind_host, settings.mgmt_port)
     supervisor = Supervisor(settings, run_dir)
-    await supervisor.start_workers()
+    if settings.infer_tls is not None:
+        server_context(settings.infer_tls)  # a broken certificate stops the coordinator, not each worker
     mgmt = make_server(
         ManagementApp(
             supervisor, config.request_limit.max_body_bytes, refresh_token=settings.controller_token
         ),
         keep_alive_timeout=config.timeout_config.keep_alive_timeout,
         log_level=config.logging_config.log_level,
+        tls=settings.mgmt_tls,
     )
+    await supervisor.start_workers()
     mgmt_serving = asyncio.create_task(serve([(mgmt, mgmt_socket)], stop))
     while not mgmt.started and not mgmt_serving.done():
         await asyncio.sleep(0.01)

@@ -58,7 +58,12 @@ async def run_worker(settings: CoordinatorSettings, index: int, control_fd: int,
     keep_alive = config.timeout_config.keep_alive_timeout
     level = config.logging_config.log_level
     servers = [
-        (make_server(InferenceApp(core), keep_alive_timeout=keep_alive, log_level=level), infer_socket),
+        (
+            make_server(
+                InferenceApp(core), keep_alive_timeout=keep_alive, log_level=level, tls=settings.infer_tls
+            ),
+            infer_socket,
+        ),
         (make_server(CallbackApp(core), keep_alive_timeout=keep_alive, log_level=level), callback_socket),
     ]
     follower = asyncio.create_task(_follow_supervisor(core, channel))

@@ -10,7 +10,8 @@
   `python -m motor.<component> --spec <config_dir>/<name>.spec.json`; the pool master's `argv` is the
   `mooncake_master` command. `env` holds the env.json sections plus MOTOR_ADVERTISE_HOST and MOTOR_RUN_DIR;
   `ports` are named, `replicas` is pods per instance (1 for control components), `accelerators` per pod,
-  `probes` (port + HTTP path, served by the component itself).
+  `probes` (port + HTTP path, served by the component itself); a node manager also has its `ordinal` (k: its
+  ports and store lookup ids on a shared host).
 - `Plan.files` (name -> text) are what the backend writes into `config_dir` before starting anything: the spec
   of every motor component. The backend also places the user's user_config.json and env.json there
   (`Plan.user_config_path`, `Plan.env_config_path`) as the baseline of later updates; no component reads them.
@@ -26,13 +27,19 @@ Targets:
   local ports.
 """
 
+import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Literal
 
 from motor.config.errors import ConfigError, ConfigIssue
+from motor.config.models import CoordinatorConfig
 from motor.config.ports import instance_ports
+from motor.config.tls import CONTROLLER as TLS_CONTROLLER
+from motor.config.tls import COORDINATOR as TLS_COORDINATOR
+from motor.config.tls import TlsSetting, node_manager_key
 from motor.config.topology import Role, RoleSpec, Topology
 from motor.deploy.engine_command import LaunchError, engine_spec, served_model_name
 from motor.kv.connectors import DispatchProfile
@@ -43,10 +50,13 @@ from motor.protocol.specs import (
     ComponentSpec,
     ControllerSpec,
     CoordinatorSpec,
+    EtcdSpec,
     NodeManagerSpec,
     SecretRef,
+    TlsFiles,
     dump_spec,
     spec_file_name,
+    url_scheme,
 )
 
 Target = Literal["local", "kubernetes"]
@@ -63,7 +73,18 @@ KUBERNETES_RUN_DIR = "/var/run/motor"
 
 CONTROLLER = "controller"
 COORDINATOR = "coordinator"
+COORDINATOR_MGMT = "coordinator-mgmt"  # the Service of the coordinator's management port
 KV_POOL = "kv-pool"
+
+# Kubernetes Secrets: the controller token motor generates once, and what the config itself holds (API keys,
+# env.json credentials), keyed by variable name.
+TOKEN_SECRET = "motor-controller-token"
+TOKEN_KEY = "token"
+CREDENTIALS_SECRET = "motor-credentials"
+ETCD_AUTH_KEYS = {env_names.ETCD_USERNAME: "username", env_names.ETCD_PASSWORD: "password"}
+# env.json variables holding credentials: motor's own, and any whose name says it is one (HF_TOKEN, ...).
+_SECRET_NAME = re.compile(r"TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIAL|API_KEY")
+MOTOR_SECRETS = (env_names.CONTROLLER_TOKEN, env_names.API_KEYS, *ETCD_AUTH_KEYS)
 PROBE_KINDS: tuple[ProbeKind, ...] = ("startup", "readiness", "liveness")
 
 
@@ -74,6 +95,16 @@ class Probe:
     kind: ProbeKind
     port: str
     path: str
+    scheme: str = "http"
+
+
+@dataclass(frozen=True)
+class SecretEnv:
+    """An environment variable a Kubernetes container takes from a Secret (`secretKeyRef`)."""
+
+    env: str
+    secret: str
+    key: str
 
 
 @dataclass(frozen=True)
@@ -89,13 +120,16 @@ class Component:
     accelerators: int = 0
     role: Role | None = None
     index: int | None = None
+    ordinal: int | None = None
+    # Kubernetes: variables taken from Secrets (their values are never in `env`); locally secrets stay in `env`.
+    secret_env: tuple[SecretEnv, ...] = ()
 
     def probe(self, kind: ProbeKind) -> Probe:
         return next(probe for probe in self.probes if probe.kind == kind)
 
     def probe_url(self, kind: ProbeKind, host: str) -> str:
         probe = self.probe(kind)
-        return f"http://{host}:{self.ports[probe.port]}{probe.path}"
+        return f"{probe.scheme}://{host}:{self.ports[probe.port]}{probe.path}"
 
 
 @dataclass(frozen=True)
@@ -109,6 +143,10 @@ class Plan:
     files: dict[str, str] = field(default_factory=dict)
     coordinator_url: str = ""
     controller_url: str = ""
+    # Kubernetes Secrets built from the config: name -> key -> value (see `SecretEnv`)
+    secrets: dict[str, dict[str, str]] = field(default_factory=dict)
+    # the TLS a client of the management ports uses (the controller's setting; None without management TLS)
+    mgmt_tls: TlsFiles | None = None
 
     @property
     def user_config_path(self) -> str:
@@ -144,6 +182,7 @@ def build_plan(
     config_dir: str | None = None,
     run_dir: str | None = None,
     python: str | None = None,
+    kept_ordinals: Mapping[str, int] | None = None,
 ) -> Plan:
     """Compile a validated topology into components; raise ConfigError when an engine section cannot be
     turned into a command line.
@@ -153,7 +192,8 @@ def build_plan(
     and `Plan.files` (default: /etc/motor in Kubernetes, required locally); run_dir is where each component
     gets its own MOTOR_RUN_DIR (`<run_dir>/<component name>`; default /var/run/motor in Kubernetes, the parent
     of config_dir locally). python is argv[0] of the motor entry points (default: this interpreter locally,
-    `python3` in the image).
+    `python3` in the image). kept_ordinals: instance name → the ordinal it keeps (a scaled local job keeps the
+    ports of the instances it keeps; see motor.config.ports).
     """
     user = topology.user
     deploy = user.motor_deploy_config
@@ -171,13 +211,19 @@ def build_plan(
     common = dict(topology.env.motor_common_env)
     files: dict[str, str] = {}
     components: list[Component] = []
+    secrets = _Secrets(target == "kubernetes")
+    tls = topology.tls
+    controller_tls = tls_files(tls.mgmt_of(TLS_CONTROLLER))
+    coordinator_tls = tls_files(tls.mgmt_of(TLS_COORDINATOR))
+    infer_tls = tls_files(tls.infer)
 
     def motor_component(component: Component) -> Component:
         assert component.spec is not None
         name = spec_file_name(component.name)
         files[name] = dump_spec(component.spec)
         argv = (python, "-m", f"motor.{component.kind}", "--spec", str(PurePosixPath(config_dir) / name))
-        return Component(**{**component.__dict__, "argv": argv})
+        env, secret_env = secrets.split(component.kind, component.env)
+        return Component(**{**component.__dict__, "argv": argv, "env": env, "secret_env": secret_env})
 
     def component_run_dir(name: str) -> str:
         return str(PurePosixPath(run_dir) / name)
@@ -194,9 +240,10 @@ def build_plan(
 
     controller_api = user.motor_controller_config.api_config
     coordinator_api = user.motor_coordinator_config.api_config
-    controller_url = f"http://{layout.spec_url_host(CONTROLLER)}:{controller_api.controller_api_port}"
+    controller_url = f"{url_scheme(controller_tls)}://{layout.spec_url_host(CONTROLLER)}:{controller_api.controller_api_port}"
     coordinator_mgmt_url = (
-        f"http://{layout.spec_url_host(COORDINATOR)}:{coordinator_api.coordinator_api_mgmt_port}"
+        f"{url_scheme(coordinator_tls)}://{layout.spec_url_host(COORDINATOR_MGMT)}"
+        f":{coordinator_api.coordinator_api_mgmt_port}"
     )
 
     pool = topology.pool
@@ -206,19 +253,25 @@ def build_plan(
         master = (
             str(PurePosixPath(python).parent / "mooncake_master") if target == "local" else "mooncake_master"
         )
+        pool_env, pool_secret_env = secrets.split(
+            "kv_pool", _env(common, topology.env.motor_kv_cache_pool_env, layout, component_run_dir(KV_POOL))
+        )
         components.append(
             Component(
                 name=KV_POOL,
                 kind="kv_pool",
                 argv=(master, *master_args(pool, bind_host=layout.bind_host)),
-                env=_env(common, topology.env.motor_kv_cache_pool_env, layout, component_run_dir(KV_POOL)),
+                env=pool_env,
                 ports={"rpc": pool.port, "metrics": pool.metrics_port},
                 probes=_probes("metrics", "/health"),
+                secret_env=pool_secret_env,
             )
         )
 
     controller = user.motor_controller_config
     instance = controller.instance_config
+    if controller.etcd_config.enable_etcd_persistence:
+        secrets.etcd_auth_secret = controller.etcd_config.etcd_auth_secret
     components.append(
         motor_component(
             Component(
@@ -227,7 +280,7 @@ def build_plan(
                 argv=(),
                 env=_env(common, topology.env.motor_controller_env, layout, component_run_dir(CONTROLLER)),
                 ports={"api": controller_api.controller_api_port},
-                probes=_probes("api"),
+                probes=_probes("api", scheme=url_scheme(controller_tls)),
                 spec=ControllerSpec(
                     **base_spec(CONTROLLER, controller.logging_config.log_level),  # type: ignore[arg-type]
                     port=controller_api.controller_api_port,
@@ -237,7 +290,8 @@ def build_plan(
                     expired_timeout=instance.instance_expired_timeout,
                     check_interval=instance.instance_manager_check_interval,
                     reconcile_interval=controller.event_config.coordinator_heartbeat_interval,
-                    etcd=controller.etcd_config if controller.etcd_config.enable_etcd_persistence else None,
+                    etcd=etcd_spec(topology) if controller.etcd_config.enable_etcd_persistence else None,
+                    mgmt_tls=controller_tls,
                 ),
             )
         )
@@ -248,21 +302,25 @@ def build_plan(
     if target == "kubernetes":
         # The Service and probes reach the pod IP and `kubectl port-forward` reaches loopback: listen on both.
         coordinator_base["bind_host"] = ALL_INTERFACES
+    api_keys = coordinator.api_key_config.valid_keys
+    coordinator_env = _env(common, topology.env.motor_coordinator_env, layout, component_run_dir(COORDINATOR))
+    if api_keys:
+        coordinator_env[env_names.API_KEYS] = "\n".join(api_keys)
     components.append(
         motor_component(
             Component(
                 name=COORDINATOR,
                 kind="coordinator",
                 argv=(),
-                env=_env(common, topology.env.motor_coordinator_env, layout, component_run_dir(COORDINATOR)),
+                env=coordinator_env,
                 ports={
                     "infer": coordinator_api.coordinator_api_infer_port,
                     "mgmt": coordinator_api.coordinator_api_mgmt_port,
                 },
-                probes=_probes("mgmt"),
+                probes=_probes("mgmt", scheme=url_scheme(coordinator_tls)),
                 spec=CoordinatorSpec(
                     **coordinator_base,  # type: ignore[arg-type]
-                    config=coordinator,
+                    config=coordinator_without_secrets(coordinator),
                     profile=topology.profile.profile,
                     required_roles=required_roles(topology.profile.profile, set(topology.roles)),
                     served_models=served_model_names(topology),
@@ -270,13 +328,18 @@ def build_plan(
                     infer_port=coordinator_api.coordinator_api_infer_port,
                     mgmt_port=coordinator_api.coordinator_api_mgmt_port,
                     controller_token=token,
+                    api_keys=SecretRef(env=env_names.API_KEYS)
+                    if coordinator.api_key_config.enable_api_key
+                    else None,
+                    infer_tls=infer_tls,
+                    mgmt_tls=coordinator_tls,
                 ),
             )
         )
     )
 
     problems: dict[str, ConfigIssue] = {}
-    for ports in instance_ports(topology.roles):
+    for ports in instance_ports(topology.roles, kept_ordinals):
         role_spec = topology.roles[ports.role]  # type: ignore[index]
         if layout.shared_pod:
             nm_port, engine_port, status_port = (
@@ -291,6 +354,7 @@ def build_plan(
             status_port = engine_port + 1
             bootstrap_port, ordinal = None, 0
         nm_run_dir = component_run_dir(ports.name)
+        nm_tls = tls_files(tls.mgmt_of(node_manager_key(role_spec.role)))
         try:
             engine = engine_spec(
                 role_spec,
@@ -304,6 +368,16 @@ def build_plan(
                 bootstrap_port=bootstrap_port,
                 store_lookup_ordinal=ordinal,
             )
+            engine = engine.model_copy(
+                update={
+                    "env": {name: value for name, value in engine.env.items() if not is_secret_name(name)},
+                    "secret_env": [
+                        SecretRef(env=name)
+                        for name in engine.env
+                        if is_secret_name(name) and name not in MOTOR_SECRETS
+                    ],
+                }
+            )
             model_name = served_model_name(role_spec)
         except LaunchError as exc:
             problems.setdefault(str(exc), ConfigIssue(exc.path, exc.message))
@@ -316,11 +390,12 @@ def build_plan(
                     argv=(),
                     env=_env(role_spec.env, {}, layout, nm_run_dir),
                     ports={"nm": nm_port, "engine": engine_port, "engine-status": status_port},
-                    probes=_probes("nm"),
+                    probes=_probes("nm", scheme=url_scheme(nm_tls)),
                     replicas=role_spec.pods_per_instance,
                     accelerators=role_spec.accelerators_per_pod,
                     role=role_spec.role,
                     index=ports.index,
+                    ordinal=ordinal if layout.shared_pod else None,
                     spec=NodeManagerSpec(
                         **base_spec(ports.name, role_spec.node_manager.logging_config.log_level),  # type: ignore[arg-type]
                         instance_id=ports.name,
@@ -331,6 +406,7 @@ def build_plan(
                         token=token,
                         heartbeat_interval=role_spec.node_manager.basic_config.heartbeat_interval_seconds,
                         engine=engine,
+                        mgmt_tls=nm_tls,
                     ),
                 )
             )
@@ -347,12 +423,103 @@ def build_plan(
         run_dir=run_dir,
         components=tuple(components),
         files=files,
-        coordinator_url=f"http://{coordinator_host}:{coordinator_api.coordinator_api_infer_port}",
+        coordinator_url=(
+            f"{url_scheme(infer_tls)}://{coordinator_host}:{coordinator_api.coordinator_api_infer_port}"
+        ),
         controller_url=(
-            f"http://{LOCAL_HOST if target == 'local' else service_host(CONTROLLER, deploy.job_id)}"
+            f"{url_scheme(controller_tls)}://"
+            f"{LOCAL_HOST if target == 'local' else service_host(CONTROLLER, deploy.job_id)}"
             f":{controller_api.controller_api_port}"
         ),
+        secrets=secrets.secrets(),
+        mgmt_tls=controller_tls,
     )
+
+
+def tls_files(setting: TlsSetting | None) -> TlsFiles | None:
+    """An enabled TLS setting as the paths a spec carries."""
+    return None if setting is None else TlsFiles(**setting.config.paths)
+
+
+def etcd_spec(topology: Topology) -> EtcdSpec:
+    etcd = topology.user.motor_controller_config.etcd_config
+    return EtcdSpec(
+        host=etcd.etcd_host,
+        port=etcd.etcd_port,
+        timeout=etcd.etcd_timeout,
+        tls=tls_files(topology.tls.etcd),
+        username=SecretRef(env=env_names.ETCD_USERNAME),
+        password=SecretRef(env=env_names.ETCD_PASSWORD),
+    )
+
+
+def coordinator_without_secrets(config: CoordinatorConfig) -> CoordinatorConfig:
+    """The coordinator section as its spec carries it: no API keys (the spec names MOTOR_API_KEYS instead) and
+    no TLS sections (the spec's own infer_tls / mgmt_tls replace them)."""
+    return config.model_copy(
+        update={
+            "api_key_config": config.api_key_config.model_copy(update={"valid_keys": []}),
+            "infer_tls_config": None,
+            "mgmt_tls_config": None,
+        }
+    )
+
+
+def is_secret_name(name: str) -> bool:
+    return name in MOTOR_SECRETS or bool(_SECRET_NAME.search(name.upper()))
+
+
+# Which motor component may hold which of motor's own secrets (least privilege).
+_MOTOR_SECRETS_OF: dict[str, tuple[str, ...]] = {
+    "controller": (env_names.CONTROLLER_TOKEN, *ETCD_AUTH_KEYS),
+    "coordinator": (env_names.CONTROLLER_TOKEN, env_names.API_KEYS),
+    "node_manager": (env_names.CONTROLLER_TOKEN,),
+    "kv_pool": (),
+}
+
+
+class _Secrets:
+    """Keeps credentials out of plain environments. Each component keeps only the motor secrets its kind uses;
+    for Kubernetes every credential value moves into the credentials Secret (keyed by its variable name, with
+    -2, -3... when components disagree on the value) and the component names it in `secret_env`; the
+    controller token, unless env.json sets it, comes from the token Secret motor generates."""
+
+    def __init__(self, kubernetes: bool) -> None:
+        self._kubernetes = kubernetes
+        self._data: dict[str, str] = {}
+        self.etcd_auth_secret: str | None = None
+
+    def split(self, kind: str, env: dict[str, str]) -> tuple[dict[str, str], tuple[SecretEnv, ...]]:
+        allowed = _MOTOR_SECRETS_OF[kind]
+        env = {name: value for name, value in env.items() if name not in MOTOR_SECRETS or name in allowed}
+        if not self._kubernetes:
+            return env, ()
+        plain: dict[str, str] = {}
+        secret_env: list[SecretEnv] = []
+        for name, value in env.items():
+            if is_secret_name(name):
+                secret_env.append(SecretEnv(name, CREDENTIALS_SECRET, self._key(name, value)))
+            else:
+                plain[name] = value
+        if env_names.CONTROLLER_TOKEN in allowed and env_names.CONTROLLER_TOKEN not in env:
+            secret_env.append(SecretEnv(env_names.CONTROLLER_TOKEN, TOKEN_SECRET, TOKEN_KEY))
+        if kind == "controller" and self.etcd_auth_secret:
+            secret_env = [item for item in secret_env if item.env not in ETCD_AUTH_KEYS]
+            secret_env += [
+                SecretEnv(name, self.etcd_auth_secret, key) for name, key in ETCD_AUTH_KEYS.items()
+            ]
+        return plain, tuple(secret_env)
+
+    def secrets(self) -> dict[str, dict[str, str]]:
+        return {CREDENTIALS_SECRET: dict(self._data)} if self._data else {}
+
+    def _key(self, name: str, value: str) -> str:
+        key, suffix = name, 1
+        while key in self._data and self._data[key] != value:
+            suffix += 1
+            key = f"{name}-{suffix}"
+        self._data[key] = value
+        return key
 
 
 def required_roles(profile: DispatchProfile, configured: set[Role]) -> list[Role]:
@@ -407,6 +574,6 @@ def _env(base: dict[str, str], section: dict[str, str], layout: _Layout, run_dir
     return {**base, **section, env_names.ADVERTISE_HOST: layout.advertise_host, env_names.RUN_DIR: run_dir}
 
 
-def _probes(port: str, path: str | None = None) -> tuple[Probe, ...]:
+def _probes(port: str, path: str | None = None, scheme: str = "http") -> tuple[Probe, ...]:
     """The contract's /startup, /readiness, /liveness on `port`, or one `path` for all three."""
-    return tuple(Probe(kind, port, path or f"/{kind}") for kind in PROBE_KINDS)
+    return tuple(Probe(kind, port, path or f"/{kind}", scheme) for kind in PROBE_KINDS)

@@ -15,6 +15,7 @@ from motor.node_manager.controller_client import Unauthorized
 from motor.node_manager.service import NodeManager
 from motor.node_manager.settings import NodeSettings, SettingsError, node_settings
 from motor.protocol.specs import NodeManagerSpec, SpecError, load_spec
+from motor.runtime.tls import TlsError, client_context, server_context
 
 log = logging.getLogger("motor.node_manager")
 
@@ -24,7 +25,10 @@ async def serve(settings: NodeSettings) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, finished.set)
-    async with aiohttp.ClientSession() as session:
+    tls = settings.mgmt_tls
+    # The controller is called over TLS (https URL); the engine's status port stays plain HTTP.
+    connector = aiohttp.TCPConnector(ssl=client_context(tls)) if tls is not None else None
+    async with aiohttp.ClientSession(connector=connector) as session:
         node_manager = NodeManager(settings, session)
         shut_down = False
 
@@ -42,7 +46,8 @@ async def serve(settings: NodeSettings) -> int:
             access_log=None,
         )
         await runner.setup()
-        await web.TCPSite(runner, settings.host, settings.port).start()
+        site_tls = server_context(tls) if tls is not None else None
+        await web.TCPSite(runner, settings.host, settings.port, ssl_context=site_tls).start()
         tasks.extend(node_manager.start())
         failures: list[BaseException] = []
 
@@ -82,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return asyncio.run(serve(settings))
+    except TlsError as exc:
+        log.error("management TLS: %s", exc)
+        return 2
     except OSError as exc:
         log.error("cannot serve on %s:%d: %s", settings.host, settings.port, exc)
         return 1

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from motor.node_manager.engine_process import EngineCommand
 from motor.protocol.instances import Endpoint, InstanceRole
-from motor.protocol.specs import NodeManagerSpec
+from motor.protocol.specs import NodeManagerSpec, TlsFiles, url_scheme
 
 
 class SettingsError(ValueError):
@@ -27,10 +27,11 @@ class NodeSettings:
     heartbeat_interval: float
     engine: EngineCommand
     log_level: str
+    mgmt_tls: TlsFiles | None = None
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{url_scheme(self.mgmt_tls)}://{self.host}:{self.port}"
 
     @property
     def engine_status_url(self) -> str:
@@ -66,4 +67,5 @@ def node_settings(spec: NodeManagerSpec, environ: Mapping[str, str] = os.environ
             Path(engine.pid_path),
         ),
         log_level=spec.log_level,
+        mgmt_tls=spec.mgmt_tls,
     )

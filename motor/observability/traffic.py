@@ -3,6 +3,7 @@ shows), computed as Prometheus would: counter deltas over the time between the s
 linear interpolation inside the histogram bucket that holds them."""
 
 import math
+import ssl
 import urllib.request
 from dataclasses import dataclass, field
 
@@ -50,8 +51,10 @@ def parse_sample(text: str, at: float) -> CoordinatorSample:
     return CoordinatorSample(at, requests, errors, buckets)
 
 
-def scrape_coordinator(metrics_url: str, at: float, timeout_s: float = 2.0) -> CoordinatorSample:
-    with urllib.request.urlopen(metrics_url, timeout=timeout_s) as response:
+def scrape_coordinator(
+    metrics_url: str, at: float, timeout_s: float = 2.0, context: ssl.SSLContext | None = None
+) -> CoordinatorSample:
+    with urllib.request.urlopen(metrics_url, timeout=timeout_s, context=context) as response:
         return parse_sample(response.read().decode(), at)
 
 

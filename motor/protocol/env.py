@@ -1,12 +1,19 @@
 """Names of the environment variables motor's processes exchange, defined once.
 
 Most of what a component needs travels in its compiled spec (`motor.protocol.specs`); the environment carries
-only what is late-bound (the pod IP a component advertises) or secret (the controller token, which a spec names
-by reference and never holds).
+only what is late-bound (the pod IP a component advertises) or secret (the controller token, the API keys, the
+etcd credentials: a spec names them by reference and never holds them).
 """
 
 CONTROLLER_TOKEN = "MOTOR_CONTROLLER_TOKEN"
 """The shared secret of controller, coordinator and node managers; never given to an engine."""
+
+API_KEYS = "MOTOR_API_KEYS"
+"""The coordinator's API keys (`api_key_config.valid_keys`), one per line; the spec names this variable."""
+
+ETCD_USERNAME = "MOTOR_ETCD_USERNAME"
+ETCD_PASSWORD = "MOTOR_ETCD_PASSWORD"
+"""The controller's etcd credentials (etcd authentication is on when the username is set)."""
 
 ADVERTISE_HOST = "MOTOR_ADVERTISE_HOST"
 """The address a component tells others to reach it at (127.0.0.1 locally, the pod IP in Kubernetes)."""

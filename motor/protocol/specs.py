@@ -17,7 +17,7 @@ from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from motor.config.models import CoordinatorConfig, EtcdConfig, LogLevel
+from motor.config.models import CoordinatorConfig, LogLevel
 from motor.kv.connectors import DispatchProfile
 from motor.protocol import env
 from motor.protocol.instances import InstanceRole
@@ -42,6 +42,35 @@ class SecretRef(SpecModel):
         return environ.get(self.env, "")
 
 
+class TlsFiles(SpecModel):
+    """One TLS setting as file paths, never key material. A server presents cert_file/key_file and, with
+    ca_file, requires client certificates signed by it; a client verifies servers with ca_file (else the
+    system's trust store) and presents cert_file/key_file when set. passwd_file holds key_file's password;
+    crl_file revokes certificates of ca_file's chain."""
+
+    cert_file: str | None = None
+    key_file: str | None = None
+    ca_file: str | None = None
+    passwd_file: str | None = None
+    crl_file: str | None = None
+
+
+class EtcdSpec(SpecModel):
+    """The controller's etcd: where, how long to wait, TLS, and the credentials by reference (authentication is
+    on when the username variable is set)."""
+
+    host: str
+    port: Port
+    timeout: Seconds
+    tls: TlsFiles | None = None
+    username: SecretRef
+    password: SecretRef
+
+
+def url_scheme(tls: TlsFiles | None) -> str:
+    return "https" if tls is not None else "http"
+
+
 class ComponentSpec(SpecModel):
     spec_version: Literal[1] = SPEC_VERSION
     name: str
@@ -61,7 +90,8 @@ class ControllerSpec(ComponentSpec):
     expired_timeout: Seconds
     check_interval: Seconds
     reconcile_interval: Seconds
-    etcd: EtcdConfig | None = None
+    etcd: EtcdSpec | None = None
+    mgmt_tls: TlsFiles | None = Field(default=None, description="its API and its calls to the others")
 
 
 class CoordinatorSpec(ComponentSpec):
@@ -76,6 +106,11 @@ class CoordinatorSpec(ComponentSpec):
     infer_port: Port
     mgmt_port: Port
     controller_token: SecretRef
+    api_keys: SecretRef | None = Field(
+        default=None, description="api_key_config.valid_keys, one per line (the config in the spec has none)"
+    )
+    infer_tls: TlsFiles | None = None
+    mgmt_tls: TlsFiles | None = None
 
 
 class EngineSpec(SpecModel):
@@ -84,6 +119,11 @@ class EngineSpec(SpecModel):
     engine_type: str
     argv: list[str] = Field(min_length=1)
     env: dict[str, str] = Field(description="set on top of the node manager's environment")
+    secret_env: list[SecretRef] = Field(
+        default=[],
+        description="env.json credentials (HF_TOKEN, ...) the engine takes from the node manager's environment; "
+        "motor's own secrets are never among them",
+    )
     files: dict[str, str] = Field(description="path -> content, written before every start")
     port: Port
     status_port: Port
@@ -102,6 +142,7 @@ class NodeManagerSpec(ComponentSpec):
     token: SecretRef
     heartbeat_interval: Seconds
     engine: EngineSpec
+    mgmt_tls: TlsFiles | None = Field(default=None, description="its API and its calls to the controller")
 
 
 Spec = ControllerSpec | CoordinatorSpec | NodeManagerSpec

@@ -8,7 +8,8 @@ States: `starting` (until a probe says healthy), `healthy` (a probe says so; wit
 runs), `unhealthy` (a probe says so, or stopped answering after it was healthy), `restarting` (stopping it
 and waiting the backoff), `given_up` (it needed more than `max_restarts` restarts within `window_s`),
 `stopped`. The backoff grows with every restart and starts over once the child is healthy again; without a
-probe that is whenever a poll finds it running, so give one to a child that may crash after a while.
+probe that is whenever a poll finds it running, so give one to a child that may crash after a while. With a
+probe and `startup_timeout_s`, a child that is not healthy that long after a start is restarted too.
 """
 
 import asyncio
@@ -37,6 +38,7 @@ class RestartPolicy:
     max_restarts: int | None = None  # this many restarts within `window_s`, then give up (None: never)
     window_s: float = 60.0
     unhealthy_restart_s: float | None = None  # restart a child unhealthy this long (None: never)
+    startup_timeout_s: float | None = None  # restart a child not healthy this long after starting (or never)
     poll_s: float = 0.5
 
 
@@ -52,9 +54,10 @@ class SupervisedChild:
         *,
         probe: Probe | None = None,
         on_change: Callable[[ChildState], None] | None = None,
-        on_exit: Callable[[Child], None] | None = None,
+        on_exit: Callable[[Child], Awaitable[None] | None] | None = None,
     ) -> None:
-        """`on_exit` runs once the child is gone, before it is restarted (clean-up of what it left)."""
+        """`on_exit` runs (and is awaited, when it returns an awaitable) once the child is gone, before it is
+        restarted: clean-up of what it left."""
         self.name = name
         self._start = start
         self.policy = policy
@@ -68,6 +71,7 @@ class SupervisedChild:
         self._failures = 0  # restarts since it was last healthy: the backoff's attempt
         self._was_healthy = False
         self._unhealthy_since: float | None = None
+        self._launched_at = 0.0
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -124,6 +128,9 @@ class SupervisedChild:
             self._set("healthy")
         elif health == "starting" or (health is None and not self._was_healthy):
             self._set("starting")
+            limit = self.policy.startup_timeout_s
+            if limit is not None and time.monotonic() - self._launched_at >= limit:
+                await self._restart(f"not healthy within {limit:g} s of its start")
         else:
             now = time.monotonic()
             self._unhealthy_since = self._unhealthy_since or now
@@ -138,7 +145,9 @@ class SupervisedChild:
         assert child is not None
         await asyncio.to_thread(stop_all, [child], self.policy.stop_grace_s)
         if self._on_exit is not None:
-            self._on_exit(child)
+            cleaned = self._on_exit(child)
+            if inspect.isawaitable(cleaned):
+                await cleaned
         if self._budget_spent():
             log.error(
                 "%s %s %d times within %g s; not restarting it",
@@ -170,6 +179,7 @@ class SupervisedChild:
     async def _launch(self) -> None:
         started = self._start()
         self.child = await started if inspect.isawaitable(started) else started
+        self._launched_at = time.monotonic()
         self._set("starting")
 
     def _set(self, state: ChildState) -> None:

@@ -88,3 +88,18 @@ async def test_reconciliation_repairs_a_coordinator_that_lost_its_state(
         recorder.view.clear()  # as if the coordinator restarted
         await recorder.wait_for(lambda r: r.routable() == {"prefill-0"})
         assert recorder.events[-1].event == "set"
+
+
+async def test_a_stopped_heartbeat_is_answered_once_the_coordinators_stopped_routing(
+    tmp_path: Path, control_plane: ControlPlane, refresh_recorder: Callable[..., RefreshRecorder]
+) -> None:
+    recorder = refresh_recorder()
+    await recorder.start()
+    async with controller_client(tmp_path, control_plane, recorder) as client:
+        await client.post("/controller/register", json=registration(state="healthy"), headers=AUTH)
+        await recorder.wait_for(lambda r: r.routable() == {"prefill-0"})
+        # the coordinator refuses the next two pushes: the `del` is acknowledged only by the retry after them
+        recorder.fail_first = recorder.calls + 2
+        response = await heartbeat(client, "prefill-0", "stopped")
+        assert response.status_code == 200 and response.json()["status"] == "inactive"
+        assert recorder.calls > recorder.fail_first and recorder.routable() == set()

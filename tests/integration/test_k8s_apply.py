@@ -443,4 +443,49 @@ async def test_compat_deployer_entry_checks_its_flags(tmp_path: Path) -> None:
             stderr=err,
         )
         assert await asyncio.wait_for(process.wait(), timeout=60) == 0
-    assert (tmp_path / "output_yamls" / "05-prefill-0.yaml").is_file()
+    assert (tmp_path / "output_yamls" / "04-prefill-0.yaml").is_file()
+
+
+# ---- credentials ------------------------------------------------------------------------------------------
+
+
+def with_api_keys(*keys: str) -> dict[str, Any]:
+    user = sim_user_config()
+    user["motor_coordinator_config"]["api_key_config"] = {"enable_api_key": True, "valid_keys": list(keys)}
+    return user
+
+
+async def test_credentials_live_in_a_secret_that_redeploys_update(cluster: Cluster, tmp_path: Path) -> None:
+    config = write_config(tmp_path / "sim", with_api_keys("key-one", "key-two"))
+    assert await cluster.motor("deploy", "--config-dir", config) == 0
+    stored = cluster.stored()
+    assert stored["Secret", "motor-credentials"]["stringData"] == {"MOTOR_API_KEYS": "key-one\nkey-two"}
+    assert "key-one" not in json.dumps(stored["ConfigMap", "motor-config"])
+    token = stored["Secret", "motor-controller-token"]
+
+    edit_user_config(
+        config,
+        lambda doc: doc["motor_coordinator_config"]["api_key_config"].update(valid_keys=["key-three"]),
+    )
+    assert await cluster.motor("deploy", "--config-dir", config) == 0
+    stored = cluster.stored()
+    assert stored["Secret", "motor-credentials"]["stringData"] == {"MOTOR_API_KEYS": "key-three"}
+    assert stored["Secret", "motor-controller-token"] == token  # generated once, never overwritten
+
+
+async def test_update_config_refuses_changed_credentials(
+    cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path / "sim", with_api_keys("key-one"))
+    assert await cluster.motor("deploy", "--config-dir", config) == 0
+    # the baseline holds markers, not the keys: a changed key is still noticed, against the deployed Secret
+    edit_user_config(
+        config, lambda doc: doc["motor_coordinator_config"]["api_key_config"].update(valid_keys=["key-two"])
+    )
+    mark = len(cluster.requests())
+    assert await cluster.motor("deploy", "--config-dir", config, "--update-config") == 1
+    listed = [line.strip() for line in capsys.readouterr().err.splitlines() if line.startswith("  ")]
+    assert listed == [
+        "Secret/motor-credentials:MOTOR_API_KEYS (api_key_config.valid_keys or an env.json credential)"
+    ]
+    assert cluster.changes_since(mark) == []

@@ -72,7 +72,9 @@ def test_every_example_validates_strictly(example: Path) -> None:
     texts = ConfigTexts((example / "user_config.json").read_text(), (example / "env.json").read_text())
     files = build_manifests(build_plan(topology, target="kubernetes"), topology, texts, create_namespace=True)
     objects = [obj for manifest_file in files for obj in manifest_file.objects]
-    assert {"Namespace", "ConfigMap", "Deployment", "Service", "Role"} <= {obj["kind"] for obj in objects}
+    assert {"Namespace", "ConfigMap", "Deployment", "Service", "NetworkPolicy"} <= {
+        obj["kind"] for obj in objects
+    }
     validate_all(objects)
 
 
@@ -94,17 +96,17 @@ def test_seed_objects_and_layout() -> None:
         ("Namespace", "mindie-motor"),
         ("ConfigMap", "motor-config"),
         ("Secret", "motor-controller-token"),
-        ("ServiceAccount", "motor-controller"),
-        ("Role", "motor-controller"),
-        ("RoleBinding", "motor-controller"),
         ("Deployment", "kv-pool"),
         ("Service", "kv-pool"),
         ("Deployment", "controller"),
         ("Service", "controller"),
         ("Deployment", "coordinator"),
         ("Service", "coordinator"),
+        ("Service", "coordinator-mgmt"),
         ("Deployment", "prefill-0"),
         ("Deployment", "decode-0"),
+        ("NetworkPolicy", "motor-internal"),
+        ("NetworkPolicy", "motor-coordinator-api"),
         ("ConfigMap", "motor-grafana-dashboard"),
     }
     assert all(
@@ -112,9 +114,11 @@ def test_seed_objects_and_layout() -> None:
         for key, obj in objects.items()
         if key[0] != "Namespace"
     )
-    controller = objects["Deployment", "controller"]
-    assert controller["spec"]["template"]["spec"]["serviceAccountName"] == "motor-controller"
-    assert objects["RoleBinding", "motor-controller"]["subjects"][0]["name"] == "motor-controller"
+    # motor calls no Kubernetes API: no RBAC, and no pod gets a service-account token
+    for key, obj in objects.items():
+        if key[0] == "Deployment":
+            pod = obj["spec"]["template"]["spec"]
+            assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
 
 
 def test_labels_and_selectors_are_consistent() -> None:
@@ -135,7 +139,10 @@ def test_labels_and_selectors_are_consistent() -> None:
             for d in deployments
             if service["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()
         ]
-        assert [d["metadata"]["name"] for d in matched] == [service["metadata"]["name"]]
+        expected = {"coordinator-mgmt": "coordinator"}.get(
+            service["metadata"]["name"], service["metadata"]["name"]
+        )
+        assert [d["metadata"]["name"] for d in matched] == [expected]
         ports = {p["name"] for p in container(matched[0])["ports"]}
         assert {p["targetPort"] for p in service["spec"]["ports"]} <= ports
     prefill = by_kind_name(objects)["Deployment", "prefill-0"]["metadata"]["labels"]
@@ -223,7 +230,7 @@ def test_addresses_use_services_and_pod_ip() -> None:
         "http://controller.mindie-motor.svc.cluster.local:1027"
     )
     assert json.loads(specs["controller.spec.json"])["coordinator_urls"] == [
-        "http://coordinator.mindie-motor.svc.cluster.local:1026"
+        "http://coordinator-mgmt.mindie-motor.svc.cluster.local:1026"
     ]
 
 
@@ -239,7 +246,16 @@ def test_registration_token_comes_from_a_secret_unless_env_json_sets_it() -> Non
     env_json = {**SIM_ENV, "motor_common_env": {"MOTOR_CONTROLLER_TOKEN": "from-env-json"}}
     objects = by_kind_name(manifests_for(SIM_VARIANTS["multi-cpu-sim"], env_json))
     assert ("Secret", "motor-controller-token") not in objects
-    assert env_of(objects["Deployment", "prefill-0"])["MOTOR_CONTROLLER_TOKEN"] == "from-env-json"
+    assert objects["Secret", "motor-credentials"]["stringData"] == {"MOTOR_CONTROLLER_TOKEN": "from-env-json"}
+    for name in ("controller", "coordinator", "prefill-0"):
+        env = container(objects["Deployment", name])["env"]
+        token = next(item for item in env if item["name"] == "MOTOR_CONTROLLER_TOKEN")
+        assert token == {
+            "name": "MOTOR_CONTROLLER_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "motor-credentials", "key": "MOTOR_CONTROLLER_TOKEN"}},
+        }
+    assert "MOTOR_CONTROLLER_TOKEN" not in env_of(objects["Deployment", "kv-pool"])
+    assert "from-env-json" not in json.dumps(objects["ConfigMap", "motor-config"])
 
 
 def test_config_map_holds_the_config_as_written() -> None:
@@ -295,7 +311,7 @@ def test_dry_run_writes_files_that_validate(tmp_path: Path, capsys: pytest.Captu
     output = tmp_path / "out"
     assert main(["deploy", "--config-dir", str(SEED_DIR), "--dry-run", "--output", str(output)]) == 0
     names = sorted(path.name for path in output.iterdir())
-    assert names[0] == "00-config.yaml" and "03-controller.yaml" in names
+    assert names[0] == "00-config.yaml" and "02-controller.yaml" in names
     for path in output.iterdir():
         for document in yaml.safe_load_all(path.read_text()):
             kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
@@ -310,7 +326,7 @@ def test_dry_run_without_output_prints_yaml(capsys: pytest.CaptureFixture[str]) 
 
 def test_output_without_dry_run_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["deploy", "--config-dir", str(SEED_DIR), "--output", str(tmp_path)]) == 2
-    assert "--output only goes with --dry-run" in capsys.readouterr().err
+    assert "--output and --include-secrets only go with --dry-run" in capsys.readouterr().err
 
 
 def test_config_errors_print_one_line_each_and_exit_2(
@@ -324,3 +340,64 @@ def test_config_errors_print_one_line_each_and_exit_2(
     assert main(["deploy", "--config-dir", str(tmp_path), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "motor_deploy_config.p_instances_num" in err and "motor_deploy_config.hardware_type" in err
+
+
+def test_dry_run_writes_secret_values_only_when_asked(tmp_path: Path) -> None:
+    user = sim_user_config()
+    user["motor_coordinator_config"]["api_key_config"] = {
+        "enable_api_key": True,
+        "valid_keys": ["key-in-config"],
+    }
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "user_config.json").write_text(json.dumps(user))
+    (config / "env.json").write_text(json.dumps(SIM_ENV))
+
+    def written(*flags: str) -> str:
+        output = tmp_path / f"out{len(flags)}"
+        assert (
+            main(["deploy", "--config-dir", str(config), "--dry-run", "--output", str(output), *flags]) == 0
+        )
+        return "".join(path.read_text() for path in sorted(output.iterdir()))
+
+    redacted = written()
+    assert "key-in-config" not in redacted
+    assert "<redacted: in Secret motor-credentials, key MOTOR_API_KEYS>" in redacted
+    for document in yaml.safe_load_all(redacted):
+        if document["kind"] == "Secret":
+            assert all(value.startswith("<redacted") for value in document["stringData"].values())
+    assert "key-in-config" in written("--include-secrets")
+
+
+def test_tls_files_come_from_secrets_and_probes_present_a_certificate() -> None:
+    user = sim_user_config()
+    files = {"ca_file": "/etc/mgmt/ca.crt", "cert_file": "/etc/mgmt/tls.crt", "key_file": "/etc/mgmt/tls.key"}
+    user["motor_deploy_config"]["tls_config"] = {"mgmt_tls_config": {"enable_tls": True, **files}}
+    objects = by_kind_name(manifests_for(user))
+    controller = objects["Deployment", "controller"]
+    volumes = {v["name"]: v for v in controller["spec"]["template"]["spec"]["volumes"]}
+    (mount,) = [m for m in container(controller)["volumeMounts"] if "secret" in volumes[m["name"]]]
+    assert (mount["mountPath"], mount["readOnly"]) == ("/etc/mgmt", True)
+    secret = volumes[mount["name"]]["secret"]
+    assert secret["secretName"] == "motor-mgmt-tls"
+    assert [item["key"] for item in secret["items"]] == ["ca.crt", "tls.crt", "tls.key"]
+    probe = container(controller)["readinessProbe"]["exec"]["command"]
+    assert probe[:4] == ["python3", "-m", "motor.runtime.probe", "https://{advertise_host}:1027/readiness"]
+    assert probe[4:] == [
+        "--cert-file",
+        "/etc/mgmt/tls.crt",
+        "--key-file",
+        "/etc/mgmt/tls.key",
+        "--ca-file",
+        "/etc/mgmt/ca.crt",
+    ]
+    # the pool master speaks no motor TLS: kubelet probes it as before
+    assert "httpGet" in container(objects["Deployment", "kv-pool"])["readinessProbe"]
+
+
+def test_tls_files_of_two_channels_in_one_directory_are_refused() -> None:
+    user = sim_user_config()
+    same = {"enable_tls": True, "cert_file": "/etc/tls/a.crt", "key_file": "/etc/tls/a.key"}
+    user["motor_deploy_config"]["tls_config"] = {"mgmt_tls_config": same, "infer_tls_config": same}
+    with pytest.raises(ValueError, match="/etc/tls: TLS files of two channels"):
+        manifests_for(user)

@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 
 from motor.deploy.k8s.single_container import shared_env, supervisor_script
-from motor.deploy.plan import Component
+from motor.deploy.plan import Component, SecretEnv
 
 
-def component(name: str, argv: list[str], run_dir: Path, **env: str) -> Component:
+def component(
+    name: str, argv: list[str], run_dir: Path, secret_env: tuple[SecretEnv, ...] = (), **env: str
+) -> Component:
     return Component(
+        secret_env=secret_env,
         name=name,
         kind="node_manager",
         argv=tuple(argv),
@@ -33,9 +36,15 @@ def component(name: str, argv: list[str], run_dir: Path, **env: str) -> Componen
 def run(tmp_path: Path):  # type: ignore[no-untyped-def]
     started: list[subprocess.Popen[bytes]] = []
 
-    def start(components: tuple[Component, ...]) -> subprocess.Popen[bytes]:
+    def start(components: tuple[Component, ...], **container_env: str) -> subprocess.Popen[bytes]:
         shared = shared_env(components)
-        env = {**os.environ, **shared, "POD_IP": "10.1.2.3", "MOTOR_ADVERTISE_HOST": "10.1.2.3"}
+        env = {
+            **os.environ,
+            **shared,
+            "POD_IP": "10.1.2.3",
+            "MOTOR_ADVERTISE_HOST": "10.1.2.3",
+            **container_env,
+        }
         log = (tmp_path / "supervisor.log").open("wb")
         process = subprocess.Popen(
             ["/bin/sh", "-c", supervisor_script(components, shared)],
@@ -104,3 +113,34 @@ def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.05)
+
+
+def test_components_do_not_inherit_credentials_they_do_not_use(tmp_path: Path, run) -> None:  # type: ignore[no-untyped-def]
+    """The container holds every credential (from Secrets); each component keeps only its own."""
+    report = 'echo "${ETCD_PASSWORD_X:-unset} ${API_TOKEN_X:-unset}" > "$MOTOR_RUN_DIR/env"; sleep 30'
+    controller = (SecretEnv("ETCD_PASSWORD_X", "motor-credentials", "ETCD_PASSWORD_X"),)
+    coordinator = (SecretEnv("API_TOKEN_X", "motor-credentials", "API_TOKEN_X"),)
+    components = (
+        component("controller", ["sh", "-c", report], tmp_path, controller),
+        component("coordinator", ["sh", "-c", report], tmp_path, coordinator),
+        component("engine", ["sh", "-c", report], tmp_path),
+    )
+    process = run(components, ETCD_PASSWORD_X="etcd-secret", API_TOKEN_X="api-secret")
+    seen = {}
+    for name in ("controller", "coordinator", "engine"):
+        target = tmp_path / name / "env"
+        wait_for(lambda target=target: target.exists() and target.read_text().endswith("\n"))
+        seen[name] = target.read_text().strip()
+    assert seen == {
+        "controller": "etcd-secret unset",
+        "coordinator": "unset api-secret",
+        "engine": "unset unset",
+    }
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=10) == 0
+
+
+def test_a_variable_name_the_shell_cannot_take_is_refused(tmp_path: Path) -> None:
+    bad = component("a", ["true"], tmp_path, **{"BAD;rm -rf /": "x"})
+    with pytest.raises(ValueError, match="not an environment variable name"):
+        supervisor_script((bad, component("b", ["true"], tmp_path)), {})

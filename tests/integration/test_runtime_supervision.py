@@ -116,3 +116,29 @@ async def test_launch_raises_when_the_child_cannot_start(tmp_path: Path) -> None
     else:
         raise AssertionError("launch did not raise")
     assert supervised.child is None
+
+
+async def test_a_child_never_healthy_after_its_start_is_restarted_and_cleaned_up_first(
+    tmp_path: Path,
+) -> None:
+    starts = Starts("import time; time.sleep(600)", tmp_path / "silent.log")
+    cleaned: list[int] = []
+
+    async def probe() -> Health | None:
+        return None  # never answers
+
+    async def clean_up(child: Child) -> None:
+        await asyncio.sleep(0.01)  # awaited before the restart
+        cleaned.append(child.pid)
+
+    policy = RestartPolicy(
+        backoff=Backoff(initial_s=0.01), stop_grace_s=5.0, startup_timeout_s=0.2, poll_s=0.02
+    )
+    supervised = SupervisedChild("silent", starts, policy, probe=probe, on_exit=clean_up)
+    supervised.start()
+    try:
+        await wait_until(lambda: supervised.restarts == 1)
+        assert cleaned == [starts.children[0].pid] and not starts.children[0].running
+        assert supervised.state == "starting" and supervised.pid == starts.children[1].pid
+    finally:
+        await supervised.stop()

@@ -64,7 +64,7 @@ def test_dry_run_without_deploy_mode_renders_kubernetes_objects(tmp_path: Path) 
     (config / "user_config.json").write_text(texts.user)
     (config / "env.json").write_text(texts.env)
     assert main(["deploy", "--config-dir", str(config), "--dry-run", "--output", str(tmp_path / "out")]) == 0
-    assert (tmp_path / "out" / "03-controller.yaml").is_file()
+    assert (tmp_path / "out" / "02-controller.yaml").is_file()
 
 
 def test_the_pymotor_deployer_entry_keeps_pymotor_defaults() -> None:

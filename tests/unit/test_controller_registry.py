@@ -71,13 +71,27 @@ def test_registry_reports_each_change_and_pushes_only_routing_changes() -> None:
     assert registry.heartbeat(Heartbeat(instance_id="decode-0", engine_state="healthy"), now=200) is None
 
 
-def test_restored_instances_get_a_full_heartbeat_timeout() -> None:
+def test_restored_instances_stay_initial_until_a_heartbeat_confirms_them() -> None:
     registry = InstanceRegistry(TIMEOUTS)
     registry.register(registration("healthy"), now=0)
     (instance,) = registry.active()
     restored = InstanceRegistry(TIMEOUTS)
     restored.restore(instance, "http://127.0.0.1:9", now=50)
-    assert restored.expire(now=59) == []
-    assert restored.active() == [instance]
+    assert restored.active() == []  # not pushed as routable on the persisted word alone
+    assert restored.expire(now=50 + TIMEOUTS.heartbeat + 1) == []
     (view,) = restored.views(now=59)
-    assert view.registrations == 0
+    assert (view.instance.status, view.registrations) == ("initial", 0)
+
+    (confirmed,) = restored.heartbeat(Heartbeat(instance_id="decode-0", engine_state="healthy"), now=60)  # type: ignore[misc]
+    assert (confirmed.before, confirmed.after) == ("initial", "active")
+    assert event_for(confirmed).event == "add"  # type: ignore[union-attr]
+    assert restored.active() == [instance]
+
+
+def test_restored_instances_whose_node_manager_never_returns_expire() -> None:
+    registry = InstanceRegistry(TIMEOUTS)
+    registry.register(registration("healthy"), now=0)
+    restored = InstanceRegistry(TIMEOUTS)
+    restored.restore(registry.active()[0], "http://127.0.0.1:9", now=0)
+    (expired,) = restored.expire(now=TIMEOUTS.expired + 0.1)
+    assert (expired.before, expired.after) == ("initial", "deleted")

@@ -99,12 +99,36 @@ def test_status_and_stop_pass_the_job_and_exit_code(
     assert local_calls == [("status_local", (tmp_path / "r", None)), ("stop_local", (tmp_path / "r", "demo"))]
 
 
-def test_update_flags_are_for_kubernetes_only(
-    config_dir: Path, local_calls: list[tuple[str, tuple[Any, ...]]], capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(("flag", "scale"), [("--update-config", False), ("--update-instance-num", True)])
+def test_update_flags_of_a_local_config_go_to_the_local_backend(
+    config_dir: Path,
+    tmp_path: Path,
+    local_calls: list[tuple[str, tuple[Any, ...]]],
+    monkeypatch: pytest.MonkeyPatch,
+    flag: str,
+    scale: bool,
 ) -> None:
-    assert main(["deploy", "--config-dir", str(config_dir), "--update-config"]) == 2
-    assert "act on Kubernetes deployments" in capsys.readouterr().err
-    assert local_calls == []
+    updates: list[tuple[str, Path, bool]] = []
+
+    def update_local(topology: Topology, run_root: Path, *, scale: bool) -> int:
+        updates.append((topology.user.motor_deploy_config.job_id, run_root, scale))
+        return 0
+
+    monkeypatch.setattr(local, "update_local", update_local)
+    assert main(["deploy", "--config-dir", str(config_dir), flag, "--run-root", str(tmp_path / "r")]) == 0
+    assert updates == [("demo", tmp_path / "r", scale)]
+    assert local_calls == []  # nothing deployed
+
+
+def test_update_of_a_job_that_does_not_run_locally_says_how_to_deploy_it(
+    config_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_root = tmp_path / "empty"
+    assert (
+        main(["deploy", "--config-dir", str(config_dir), "--update-config", "--run-root", str(run_root)]) == 1
+    )
+    err = capsys.readouterr().err
+    assert "--update-config: no local job 'demo' runs in" in err and "motor deploy" in err
 
 
 def test_validate_explain_prints_every_compiled_spec(

@@ -3,15 +3,16 @@
 Support is detected once per run with a server-side-apply dry run (see `KubeClient.supports_server_side_apply`).
 The fallback creates each object and, when it already exists (409), updates it with a JSON merge patch of the
 whole object: the kmock emulator used in tests implements neither server-side apply nor PUT, only PATCH.
-Namespaces and Secrets (the generated registration token) are only created when absent, never updated. Every
-failure is collected with its object and reason.
+Namespaces and the Secrets motor generates (the controller token) are only created when absent, never updated;
+the Secrets built from the config are applied like everything else. Every failure is collected with its object
+and reason.
 """
 
 from dataclasses import dataclass, field
 
 from motor.deploy.k8s.client import KubeClient, KubeError, Manifest, describe
+from motor.deploy.k8s.secrets import GENERATED_ANNOTATION
 
-CREATE_ONLY_KINDS = ("Secret",)
 SERVER_SIDE_APPLY = "server-side apply"
 CREATE_OR_UPDATE = "create-or-update"
 
@@ -46,7 +47,7 @@ def apply_objects(client: KubeClient, objects: list[Manifest], namespace: str) -
     result.method = SERVER_SIDE_APPLY if server_side else CREATE_OR_UPDATE
     for obj in rest:
         try:
-            if obj["kind"] in CREATE_ONLY_KINDS:
+            if generated(obj):
                 create_if_absent(client, obj)
             elif server_side:
                 client.server_side_apply(obj)
@@ -56,6 +57,10 @@ def apply_objects(client: KubeClient, objects: list[Manifest], namespace: str) -
         except KubeError as exc:
             result.failures.append(exc)
     return result
+
+
+def generated(obj: Manifest) -> bool:
+    return (obj["metadata"].get("annotations") or {}).get(GENERATED_ANNOTATION) == "true"
 
 
 def create_or_update(client: KubeClient, obj: Manifest) -> None:

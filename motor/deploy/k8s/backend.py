@@ -25,7 +25,8 @@ from motor.deploy.k8s.apply import ApplyResult, apply_objects
 from motor.deploy.k8s.client import DELETE_ORDER, OPTIONAL_KINDS, KubeClient, KubeError, Manifest
 from motor.deploy.k8s.labels import CONFIG_MAP, MANAGED_BY, NAME_LABEL, owner_labels
 from motor.deploy.k8s.manifests import ConfigTexts, ManifestFile, build_manifests
-from motor.deploy.plan import CONTROLLER, COORDINATOR, Plan, build_plan
+from motor.deploy.k8s.secrets import redact_env_config, redact_user_config, secret_data
+from motor.deploy.plan import CONTROLLER, COORDINATOR, CREDENTIALS_SECRET, Plan, build_plan
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -68,7 +69,7 @@ def update_config(client: KubeClient, job: Job) -> int:
     baseline = _baseline(client, job.namespace, "--update-config")
     if baseline is None:
         return EXIT_FAILED
-    refused = _refused(job.texts, baseline, UPDATE_WHITELIST)
+    refused = _refused(job.texts, baseline, UPDATE_WHITELIST) + _changed_credentials(client, job)
     if refused:
         print(
             "motor: refused: --update-config only changes settings that need no redeploy "
@@ -80,7 +81,7 @@ def update_config(client: KubeClient, job: Job) -> int:
         if any(path.rsplit(".", 1)[-1] in INSTANCE_COUNT_KEYS for path in refused):
             print("motor: change instance counts with --update-instance-num", file=sys.stderr)
         return EXIT_FAILED
-    changed = changed_paths(json.loads(job.texts.user), json.loads(baseline.user))
+    changed = changed_paths(json.loads(redact_user_config(job.texts.user)), json.loads(baseline.user))
     if not changed:
         print(f"nothing to update: the config equals the one deployed in namespace {job.namespace}")
         return EXIT_OK
@@ -138,7 +139,7 @@ def scale(client: KubeClient, job: Job) -> int:
     baseline = _baseline(client, job.namespace, "--update-instance-num")
     if baseline is None:
         return EXIT_FAILED
-    refused = _refused(job.texts, baseline, SCALE_WHITELIST)
+    refused = _refused(job.texts, baseline, SCALE_WHITELIST) + _changed_credentials(client, job)
     if refused:
         print(
             "motor: refused: --update-instance-num only changes "
@@ -295,9 +296,27 @@ def _baseline(client: KubeClient, namespace: str, option: str) -> ConfigTexts | 
 
 
 def _refused(texts: ConfigTexts, baseline: ConfigTexts, whitelist: WhitelistTree) -> list[str]:
-    refused = refused_changes(json.loads(texts.user), json.loads(baseline.user), whitelist)
-    refused += [f"env.json:{path}" for path in changed_paths(json.loads(texts.env), json.loads(baseline.env))]
+    """The changed paths the whitelist refuses (the baseline carries markers for credentials, so the new
+    texts are compared with theirs too: see `_changed_credentials`)."""
+    user, env = json.loads(redact_user_config(texts.user)), json.loads(redact_env_config(texts.env))
+    refused = refused_changes(user, json.loads(baseline.user), whitelist)
+    refused += [f"env.json:{path}" for path in changed_paths(env, json.loads(baseline.env))]
     return refused
+
+
+def _changed_credentials(client: KubeClient, job: Job) -> list[str]:
+    """The credentials (API keys, env.json secrets) that differ from the deployed Secret: only a redeploy
+    applies them."""
+    wanted = job.plan.secrets.get(CREDENTIALS_SECRET, {})
+    try:
+        deployed = secret_data(client.get("Secret", job.namespace, CREDENTIALS_SECRET))
+    except KubeError as exc:
+        return [f"Secret/{CREDENTIALS_SECRET} (cannot be compared: {exc.reason})"]
+    return [
+        f"Secret/{CREDENTIALS_SECRET}:{key} (api_key_config.valid_keys or an env.json credential)"
+        for key in sorted(wanted.keys() | deployed.keys())
+        if wanted.get(key) != deployed.get(key)
+    ]
 
 
 def _counts(plan: Plan) -> str:

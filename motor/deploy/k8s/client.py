@@ -47,11 +47,9 @@ RESOURCES = {
         ResourceType("v1", "Namespace", "namespaces", namespaced=False),
         ResourceType("v1", "ConfigMap", "configmaps"),
         ResourceType("v1", "Secret", "secrets"),
-        ResourceType("v1", "ServiceAccount", "serviceaccounts"),
-        ResourceType("rbac.authorization.k8s.io/v1", "Role", "roles"),
-        ResourceType("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
         ResourceType("v1", "Service", "services"),
         ResourceType("apps/v1", "Deployment", "deployments"),
+        ResourceType("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
         ResourceType("monitoring.coreos.com/v1", "PodMonitor", "podmonitors"),
         ResourceType("monitoring.coreos.com/v1", "PrometheusRule", "prometheusrules"),
     )
@@ -63,9 +61,7 @@ DELETE_ORDER = (
     *OPTIONAL_KINDS,
     "Deployment",
     "Service",
-    "RoleBinding",
-    "Role",
-    "ServiceAccount",
+    "NetworkPolicy",
     "Secret",
     "ConfigMap",
 )

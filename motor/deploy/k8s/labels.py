@@ -1,9 +1,6 @@
 """Names and labels every motor object carries, so a job's objects can be found and deleted by label."""
 
 CONFIG_MAP = "motor-config"
-CONTROLLER_ACCOUNT = "motor-controller"
-TOKEN_SECRET = "motor-controller-token"
-TOKEN_KEY = "token"
 
 PART_OF = "app.kubernetes.io/part-of"
 MANAGED_BY = "app.kubernetes.io/managed-by"

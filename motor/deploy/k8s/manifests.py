@@ -1,16 +1,16 @@
 """Kubernetes objects from a Plan: pure dictionaries, grouped into files.
 
-Layout (namespace = job_id): ConfigMap `motor-config` (user_config.json, env.json and the engines' store
-config, mounted at the plan's config_dir); Secret `motor-controller-token` (the token controller, coordinator and
-node managers share, unless env.json sets MOTOR_CONTROLLER_TOKEN; created once and never overwritten, so
-running pods keep agreeing); RBAC for the controller; for deploy_mode multi_deployment one Deployment per
-component (+ a Service for the controller, the coordinator and the KV pool), node managers getting one
-Deployment per engine instance with replicas = pods per instance. single_container puts every component in one
-pod (see single_container.py). Monitoring (monitoring.py): pod templates carry the `prometheus.io/scrape|port|
-path` annotations (the coordinator's management port, the controller's API port, the pool master's metrics port,
-an engine host's engine port), a ConfigMap holds the Grafana dashboard, and `prometheus_operator=True` adds a
-PodMonitor and a PrometheusRule. Every object carries the owner labels (labels.py) plus its component's labels,
-so the whole job can be found and deleted by label.
+Layout (namespace = job_id): ConfigMap `motor-config` (user_config.json and env.json with their credentials
+replaced by markers, and every component's spec, mounted at the plan's config_dir); the Secrets of
+secrets.py (the generated controller token, the config's credentials); for deploy_mode multi_deployment one
+Deployment per component (+ Services: the controller, the pool master, the coordinator's inference port and,
+apart, its management port), node managers getting one Deployment per engine instance with replicas = pods
+per instance. single_container puts every component in one pod (see single_container.py). Every pod is
+hardened as hardening.py says (security context, resources, no service-account token: motor calls no
+Kubernetes API) and NetworkPolicies keep everything but the inference port inside the job. Monitoring
+(monitoring.py): pod templates carry the `prometheus.io/scrape|port|path` annotations, a ConfigMap holds the
+Grafana dashboard, and `prometheus_operator=True` adds a PodMonitor and a PrometheusRule. Every object carries
+the owner labels (labels.py) plus its component's labels, so the whole job can be found and deleted by label.
 """
 
 import hashlib
@@ -19,27 +19,44 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from motor.config.hardware import accelerator_resource
+from motor.config.hardware import accelerator_resource, engines_as_root
 from motor.config.topology import Topology
+from motor.deploy.k8s import hardening
 from motor.deploy.k8s.labels import (
     COMPONENT_LABEL,
     CONFIG_HASH_ANNOTATION,
     CONFIG_MAP,
-    CONTROLLER_ACCOUNT,
     INDEX_LABEL,
     JOB_LABEL,
     NAME_LABEL,
     ROLE_LABEL,
-    TOKEN_KEY,
-    TOKEN_SECRET,
     owner_labels,
 )
 from motor.deploy.k8s.monitoring import dashboard_config_map, operator_objects
+from motor.deploy.k8s.secrets import (
+    GENERATED_ANNOTATION,
+    redact_env_config,
+    redact_user_config,
+    tls_mounts,
+    tls_of,
+    tls_volume,
+    tls_volume_mount,
+)
 from motor.deploy.k8s.single_container import NAME as SINGLE_CONTAINER
 from motor.deploy.k8s.single_container import single_container_objects
-from motor.deploy.plan import Component, Plan
+from motor.deploy.plan import (
+    COORDINATOR,
+    COORDINATOR_MGMT,
+    TOKEN_KEY,
+    TOKEN_SECRET,
+    Component,
+    Plan,
+    Probe,
+    SecretEnv,
+)
 from motor.deploy.prometheus import component_endpoints
 from motor.protocol import env as env_names
+from motor.protocol.specs import HOST_PLACEHOLDER, NodeManagerSpec, TlsFiles
 
 Manifest = dict[str, Any]
 
@@ -80,11 +97,7 @@ def build_manifests(
     groups: list[tuple[str, list[Manifest]]] = []
     if create_namespace:
         groups.append(("namespace", [context.namespace()]))
-    config = [context.config_map()]
-    if context.token_from_secret:
-        config.append(context.token_secret(token or secrets.token_urlsafe(32)))
-    groups.append(("config", config))
-    groups.append(("controller-rbac", context.controller_rbac()))
+    groups.append(("config", [context.config_map(), *context.secrets(token or secrets.token_urlsafe(32))]))
     if plan.deploy_mode == "single_container":
         groups.append(("single-container", single_container_objects(context)))
         pod_of = {component.name: SINGLE_CONTAINER for component in plan.components}
@@ -92,6 +105,7 @@ def build_manifests(
         for component in plan.components:
             groups.append((component.name, context.component_objects(component)))
         pod_of = {component.name: component.name for component in plan.components}
+    groups.append(("network", context.network_policies(pod_of[COORDINATOR])))
     monitoring = [dashboard_config_map(context)]
     if prometheus_operator:
         monitoring += operator_objects(context, pod_of)
@@ -112,8 +126,8 @@ class ManifestContext:
         self.texts = texts
         self.namespace_name = plan.job_id
         self.config_hash = hashlib.sha256(f"{texts.user}\0{texts.env}".encode()).hexdigest()
-        self.token_from_secret = env_names.CONTROLLER_TOKEN not in topology.env.motor_common_env
         self.image = self.deploy.image_name or PREVIEW_IMAGE
+        self.engines_as_root = engines_as_root(self.deploy.hardware_type)
 
     # ---- metadata -------------------------------------------------------------------------------------------
 
@@ -150,94 +164,101 @@ class ManifestContext:
         user_text = self.texts.user
         if self.plan.deploy_mode == "local":
             user_text = _with_deploy_mode(user_text, "multi_deployment")
-        data = {"user_config.json": user_text, "env.json": self.texts.env, **self.plan.files}
+        data = {
+            "user_config.json": redact_user_config(user_text),
+            "env.json": redact_env_config(self.texts.env),
+            **self.plan.files,
+        }
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": self.metadata(CONFIG_MAP), "data": data}
 
-    def token_secret(self, token: str) -> Manifest:
+    def secrets(self, token: str) -> list[Manifest]:
+        """The generated token Secret when a component needs it, then the Secrets built from the config."""
+        objects = []
+        if any(item.secret == TOKEN_SECRET for c in self.plan.components for item in c.secret_env):
+            token_secret = self.secret(TOKEN_SECRET, {TOKEN_KEY: token})
+            token_secret["metadata"]["annotations"] = {GENERATED_ANNOTATION: "true"}
+            objects.append(token_secret)
+        objects += [self.secret(name, data) for name, data in sorted(self.plan.secrets.items())]
+        return objects
+
+    def secret(self, name: str, data: dict[str, str]) -> Manifest:
         return {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": self.metadata(TOKEN_SECRET),
+            "metadata": self.metadata(name),
             "type": "Opaque",
-            "stringData": {TOKEN_KEY: token},
+            "stringData": dict(data),
         }
 
-    def controller_rbac(self) -> list[Manifest]:
-        labels = {COMPONENT_LABEL: "controller"}
-        return [
-            {
-                "apiVersion": "v1",
-                "kind": "ServiceAccount",
-                "metadata": self.metadata(CONTROLLER_ACCOUNT, labels),
-            },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "Role",
-                "metadata": self.metadata(CONTROLLER_ACCOUNT, labels),
-                "rules": [
-                    {
-                        "apiGroups": [""],
-                        "resources": ["pods", "configmaps"],
-                        "verbs": ["get", "list", "watch"],
-                    },
-                    {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch"]},
-                ],
-            },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": self.metadata(CONTROLLER_ACCOUNT, labels),
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "Role",
-                    "name": CONTROLLER_ACCOUNT,
-                },
-                "subjects": [
-                    {"kind": "ServiceAccount", "name": CONTROLLER_ACCOUNT, "namespace": self.namespace_name}
-                ],
-            },
-        ]
+    def network_policies(self, api_pod: str) -> list[Manifest]:
+        infer_port = self.plan.component(COORDINATOR).ports["infer"]
+        return hardening.network_policies(self.metadata, self.plan.job_id, self.selector(api_pod), infer_port)
 
     # ---- per component --------------------------------------------------------------------------------------
 
     def component_objects(self, component: Component) -> list[Manifest]:
-        objects = [self.deployment(component)]
+        return [self.deployment(component), *self.services(component, component.name)]
+
+    def services(self, component: Component, pod_name: str) -> list[Manifest]:
+        """The controller's and the pool master's ports; the coordinator's inference port, and its management
+        port apart on a Service of its own (clients never need it)."""
+        labels = self.component_labels(component)
+        if component.kind == "coordinator":
+            return [
+                self.service(COORDINATOR, {"infer": component.ports["infer"]}, labels, pod_name),
+                self.service(COORDINATOR_MGMT, {"mgmt": component.ports["mgmt"]}, labels, pod_name),
+            ]
         if component.kind in SERVICE_COMPONENTS:
-            objects.append(self.service(component.name, component, self.component_labels(component)))
-        return objects
+            return [self.service(component.name, component.ports, labels, pod_name)]
+        return []
 
     def deployment(self, component: Component) -> Manifest:
         labels = self.component_labels(component)
+        engine_host = component.kind == "node_manager"
+        as_root = engine_host and self.engines_as_root
+        read_only_root = not engine_host or _engine_type(component) == "sim"
+        env = dict(component.env)
+        if not as_root:
+            env.setdefault("HOME", hardening.TMP_DIR)  # caches of a user without a home directory
+        tmp_volume, tmp_mount = hardening.tmp_volume()
+        mounts = [
+            {"name": "config", "mountPath": self.plan.config_dir, "readOnly": True},
+            {"name": "run", "mountPath": component.env[env_names.RUN_DIR]},
+            tmp_mount,
+        ]
+        volumes: list[Manifest] = [self.config_volume(), {"name": "run", "emptyDir": {}}, tmp_volume]
+        for mount in tls_mounts([component.spec]):
+            volumes.append(tls_volume(mount))
+            mounts.append(tls_volume_mount(mount))
         container: Manifest = {
             "name": component.kind.replace("_", "-"),
             "image": self.image,
             "imagePullPolicy": "IfNotPresent",
             "command": list(component.argv),
-            "env": self.env(
-                component.env, with_token=component.kind in ("controller", "coordinator", "node_manager")
-            ),
+            "env": self.env(env, component.secret_env),
             "ports": [
                 {"name": name, "containerPort": port, "protocol": "TCP"}
                 for name, port in component.ports.items()
             ],
             **self.probes(component),
-            "volumeMounts": [
-                {"name": "config", "mountPath": self.plan.config_dir, "readOnly": True},
-                {"name": "run", "mountPath": component.env[env_names.RUN_DIR]},
-            ],
+            "volumeMounts": mounts,
+            "securityContext": hardening.container_security(as_root=as_root, read_only_root=read_only_root),
         }
-        volumes: list[Manifest] = [self.config_volume(), {"name": "run", "emptyDir": {}}]
-        if component.kind == "node_manager":
-            container["volumeMounts"].append(self.weight_mount())
-            volumes.append(self.weight_volume())
+        if engine_host:
+            shm_volume, shm_mount = hardening.shm_volume(self.deploy.dshm_size)
+            container["volumeMounts"] += [self.weight_mount(), shm_mount]
+            volumes += [self.weight_volume(), shm_volume]
             resources = self.accelerator_resources(component.accelerators)
             if resources:
                 container["resources"] = resources
-        pod_spec: Manifest = {"containers": [container], "volumes": volumes}
-        if component.kind == "controller":
-            pod_spec["serviceAccountName"] = CONTROLLER_ACCOUNT
         else:
-            pod_spec["automountServiceAccountToken"] = False
+            container["resources"] = self.control_resources(component.kind).manifest()
+        pod_spec: Manifest = {
+            "automountServiceAccountToken": False,
+            "securityContext": hardening.pod_security(as_root=as_root),
+            "containers": [container],
+            "volumes": volumes,
+        }
         # Accelerator pods and the single pool master must not overlap during a rollout.
         recreate = component.kind in ("node_manager", "kv_pool")
         return self.deployment_object(
@@ -248,6 +269,14 @@ class ManifestContext:
             recreate,
             metrics_port=component_endpoints(component)[0].port,
         )
+
+    def control_resources(self, kind: str) -> hardening.Resources:
+        resources = hardening.CONTROL_RESOURCES[kind]
+        if kind == "coordinator":
+            return resources.scaled(
+                self.topology.user.motor_coordinator_config.inference_workers_config.num_workers
+            )
+        return resources
 
     def deployment_object(
         self,
@@ -281,33 +310,33 @@ class ManifestContext:
             "spec": spec,
         }
 
-    def service(
-        self, name: str, component: Component, labels: dict[str, str], selector_name: str | None = None
-    ) -> Manifest:
+    def service(self, name: str, ports: dict[str, int], labels: dict[str, str], pod_name: str) -> Manifest:
         return {
             "apiVersion": "v1",
             "kind": "Service",
             "metadata": self.metadata(name, labels),
             "spec": {
                 "type": "ClusterIP",
-                "selector": self.selector(selector_name or name),
+                "selector": self.selector(pod_name),
                 "ports": [
                     {"name": port_name, "port": port, "targetPort": port_name, "protocol": "TCP"}
-                    for port_name, port in component.ports.items()
+                    for port_name, port in ports.items()
                 ],
             },
         }
 
     # ---- container pieces -----------------------------------------------------------------------------------
 
-    def env(self, values: dict[str, str], *, with_token: bool) -> list[Manifest]:
-        """POD_IP from the downward API first, so later values can reference it as $(POD_IP)."""
+    def env(self, values: dict[str, str], secret_env: tuple[SecretEnv, ...]) -> list[Manifest]:
+        """POD_IP from the downward API first, so later values can reference it as $(POD_IP); credentials from
+        their Secrets, never as values."""
         env: list[Manifest] = [
             {"name": env_names.POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
         ]
-        if with_token and self.token_from_secret:
-            secret = {"secretKeyRef": {"name": TOKEN_SECRET, "key": TOKEN_KEY}}
-            env.append({"name": env_names.CONTROLLER_TOKEN, "valueFrom": secret})
+        env += (
+            {"name": item.env, "valueFrom": {"secretKeyRef": {"name": item.secret, "key": item.key}}}
+            for item in secret_env
+        )
         env += ({"name": name, "value": value} for name, value in values.items() if name != env_names.POD_IP)
         return env
 
@@ -317,13 +346,23 @@ class ManifestContext:
             "readiness": {"periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
             "liveness": {"periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 5},
         }
+        tls = dict(tls_of(component.spec)).get("mgmt")
         return {
-            f"{probe.kind}Probe": {
-                "httpGet": {"path": probe.path, "port": probe.port},
-                **settings[probe.kind],
-            }
+            f"{probe.kind}Probe": {**self.probe_action(component, probe, tls), **settings[probe.kind]}
             for probe in component.probes
         }
+
+    def probe_action(self, component: Component, probe: Probe, tls: TlsFiles | None) -> Manifest:
+        """An HTTP GET by kubelet, or with TLS motor's exec probe: kubelet presents no client certificate."""
+        if probe.scheme != "https" or tls is None:
+            return {"httpGet": {"path": probe.path, "port": probe.port}}
+        url = f"https://{HOST_PLACEHOLDER}:{component.ports[probe.port]}{probe.path}"
+        options = [
+            word
+            for name, path in tls.model_dump(exclude_none=True).items()
+            for word in (f"--{name.replace('_', '-')}", path)
+        ]
+        return {"exec": {"command": [component.argv[0], "-m", "motor.runtime.probe", url, *options]}}
 
     def accelerator_resources(self, count: int) -> Manifest | None:
         resource = accelerator_resource(self.deploy.hardware_type)
@@ -339,6 +378,10 @@ class ManifestContext:
 
     def weight_mount(self) -> Manifest:
         return {"name": "weight", "mountPath": self.deploy.weight_mount_path, "readOnly": True}
+
+
+def _engine_type(component: Component) -> str | None:
+    return component.spec.engine.engine_type if isinstance(component.spec, NodeManagerSpec) else None
 
 
 def scrape_annotations(port: int) -> dict[str, str]:

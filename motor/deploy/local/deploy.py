@@ -1,45 +1,44 @@
 """`motor deploy` for deploy_mode local: run a Plan as processes on this machine and wait until it serves.
 
 Nothing is computed here: the Plan says what to start, with which command, environment and ports. The
-backend adds the per-run controller token, writes the config copy and the plan's files, starts the
-components in plan order (each in its own process group, one log file each), waits for every startup probe,
-then for the coordinator to be ready with every instance active. Any failure stops everything it started.
+backend adds the per-run controller token, writes the config copy, the plan's files and the job file, and
+starts the job supervisor (motor.deploy.local.supervisor), which starts the components in plan order and keeps
+them running. It follows the supervisor's progress in state.json, then waits for the coordinator to be ready
+with every instance active. Any failure stops everything that was started.
 """
 
 import dataclasses
 import json
-import os
 import secrets
 import sys
 import time
-import urllib.request
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from pydantic import ValidationError
 
 from motor.config import Topology
+from motor.deploy.local.component import STARTUP_TIMEOUT_S
+from motor.deploy.local.job import job_from_plan, write_job
 from motor.deploy.local.probes import http_status, port_in_use
 from motor.deploy.local.state import (
     LOG_DIR,
-    ProcessRecord,
+    SUPERVISOR_LOG,
     RunState,
     job_dir,
     read_state,
-    remove_state,
     write_state,
 )
-from motor.deploy.local.stop import stop_recorded
-from motor.deploy.plan import LOCAL_HOST, Component, Plan
+from motor.deploy.local.stop import remove_job, stop_job
+from motor.deploy.plan import LOCAL_HOST, Plan
 from motor.deploy.prometheus import CONFIG_FILE, PROMETHEUS_DIR, prometheus_files
-from motor.protocol import env as env_names
 from motor.protocol.controller import ControllerState, bearer
 from motor.protocol.specs import NodeManagerSpec
 from motor.runtime.logs import LogFile, tail
 from motor.runtime.processes import Identity, spawn
 
-STARTUP_TIMEOUT_S = 60.0
 READY_TIMEOUT_S = 600.0
+LAUNCH_TIMEOUT_S = 30.0  # until the supervisor detached and recorded itself
 POLL_S = 0.1
 
 
@@ -73,16 +72,17 @@ def deploy_local(
     print(f"deploying job {plan.job_id} locally (run directory {run_dir})", file=out)
     state = _prepare(plan, topology, run_dir)
     try:
-        _start_all(plan, state, out, began)
-        _wait_ready(plan, state, out, began, ready_timeout)
+        _start_supervisor(run_dir, out, began)
+        _follow_start(run_dir, out, began, len(plan.components))
+        wait_ready(state, {c.name for c in plan.node_managers}, out, began, ready_timeout)
     except BaseException as exc:
         if isinstance(exc, DeployFailed):
             print(f"motor deploy: {exc}", file=sys.stderr)
             if exc.log is not None:
                 print(f"--- last lines of {exc.log} ---\n{tail(exc.log)}\n---", file=sys.stderr)
         print("stopping what was started", file=out)
-        stop_recorded(state, out)
-        remove_state(run_dir)
+        stop_job(current_state(run_dir) or state, out)
+        remove_job(run_dir)
         if not isinstance(exc, DeployFailed):
             raise
         return 1
@@ -98,6 +98,9 @@ def _refuse_running(run_dir: Path, job_id: str, run_root: Path) -> str | None:
     if state is None:
         return None
     running = [r.name for r in state.components if Identity(r.pid, r.start_ticks).group()]
+    supervisor = state.supervisor
+    if supervisor is not None and Identity(supervisor.pid, supervisor.start_ticks).alive():
+        running.insert(0, f"job supervisor pid {supervisor.pid}")
     if not running:
         return None
     return (
@@ -140,12 +143,17 @@ def with_local_model_paths(topology: Topology, base: Path) -> Topology:
     return dataclasses.replace(topology, roles=roles)
 
 
-def _prepare(plan: Plan, topology: Topology, run_dir: Path) -> RunState:
+def config_documents(topology: Topology) -> tuple[dict[str, Any], dict[str, Any]]:
+    """user_config.json and env.json as the run directory keeps them (the baseline of later updates)."""
+    user = topology.user.model_dump(mode="json", exclude_unset=True, by_alias=True)
+    return user, topology.env.model_dump(mode="json", exclude_unset=True)
+
+
+def write_config_files(plan: Plan, topology: Topology, run_dir: Path) -> None:
+    """The config copy, the plan's files (every spec) and the Prometheus files of the job."""
     config_dir = Path(plan.config_dir)
     config_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
-    user = topology.user.model_dump(mode="json", exclude_unset=True, by_alias=True)
-    env = topology.env.model_dump(mode="json", exclude_unset=True)
+    user, env = config_documents(topology)
     Path(plan.user_config_path).write_text(json.dumps(user, indent=2) + "\n", encoding="utf-8")
     Path(plan.env_config_path).write_text(json.dumps(env, indent=2) + "\n", encoding="utf-8")
     for name, text in plan.files.items():
@@ -154,100 +162,121 @@ def _prepare(plan: Plan, topology: Topology, run_dir: Path) -> RunState:
     prometheus_dir.mkdir(exist_ok=True)
     for name, text in prometheus_files(plan, topology.pool, str(prometheus_dir)).items():
         (prometheus_dir / name).write_text(text, encoding="utf-8")
+
+
+def _prepare(plan: Plan, topology: Topology, run_dir: Path) -> RunState:
+    (run_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
+    write_config_files(plan, topology, run_dir)
     coordinator = plan.component("coordinator")
     pool = [c for c in plan.components if c.kind == "kv_pool"]
     state = RunState(
         job_id=plan.job_id,
         run_dir=str(run_dir),
-        config_dir=str(config_dir),
+        config_dir=plan.config_dir,
         created_at=time.time(),
         token=secrets.token_urlsafe(32),
         controller_url=plan.controller_url,
         coordinator_url=plan.coordinator_url,
-        coordinator_mgmt_url=f"http://{LOCAL_HOST}:{coordinator.ports['mgmt']}",
+        coordinator_mgmt_url=f"{coordinator.probe('readiness').scheme}://{LOCAL_HOST}:{coordinator.ports['mgmt']}",
         pool_metrics_url=f"http://{LOCAL_HOST}:{pool[0].ports['metrics']}/metrics" if pool else None,
+        mgmt_tls=plan.mgmt_tls,
     )
+    write_job(run_dir, job_from_plan(plan, run_dir))
     write_state(state)
     return state
 
 
-def _start_all(plan: Plan, state: RunState, out: TextIO, began: float) -> None:
-    node_managers = []
-    for component in plan.components:
-        started = _start(component, state)
-        if component.kind == "node_manager":
-            node_managers.append((component, started))
-        else:
-            _wait_startup(component, started, out, began)
-    for component, started in node_managers:
-        _wait_startup(component, started, out, began)
-
-
-def _start(component: Component, state: RunState) -> ProcessRecord:
-    env = dict(component.env)
-    if component.kind in ("controller", "coordinator", "node_manager"):
-        env[env_names.CONTROLLER_TOKEN] = state.token
-    run_dir = Path(env.get(env_names.RUN_DIR) or Path(state.run_dir) / component.name)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log_path = Path(state.run_dir) / LOG_DIR / f"{component.name}.log"
+def current_state(run_dir: Path) -> RunState | None:
+    """state.json as last written (None when missing or unreadable)."""
     try:
-        process = spawn(component.argv, env={**os.environ, **env}, cwd=run_dir, log=LogFile(log_path))
+        return read_state(run_dir)
+    except (OSError, ValidationError):
+        return None
+
+
+def _start_supervisor(run_dir: Path, out: TextIO, began: float) -> None:
+    """Start the job supervisor; it detaches (the started process exits 0 once it forked) and records itself
+    in state.json."""
+    log = run_dir / LOG_DIR / SUPERVISOR_LOG
+    argv = [sys.executable, "-m", "motor.deploy.local.supervisor", "--run-dir", str(run_dir)]
+    try:
+        launcher = spawn(argv, cwd=run_dir, log=LogFile(log, banner="job supervisor starting"))
     except OSError as exc:
-        raise DeployFailed(f"cannot start {component.name} ({component.argv[0]}): {exc}") from exc
-    record = ProcessRecord(
-        name=component.name,
-        kind=component.kind,
-        pid=process.pid,
-        start_ticks=process.identity.start_ticks,
-        argv=list(component.argv),
-        ports=dict(component.ports),
-        log=str(log_path),
-        started_at=time.time(),
-        probe_url=component.probe_url("liveness", LOCAL_HOST),
-    )
-    state.components.append(record)
-    write_state(state)
-    return record
-
-
-def _wait_startup(component: Component, record: ProcessRecord, out: TextIO, began: float) -> None:
-    url = component.probe_url("startup", LOCAL_HOST)
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    identity = Identity(record.pid, record.start_ticks)
-    while True:
-        answer = http_status(url, timeout=1.0)
-        if answer is not None and answer[0] == 200:
-            break
-        if not identity.alive():
-            raise DeployFailed(f"{component.name} exited while starting", Path(record.log))
+        raise DeployFailed(f"cannot start the job supervisor ({argv[0]}): {exc}") from exc
+    code = launcher.popen.wait(timeout=LAUNCH_TIMEOUT_S)
+    if code != 0:
+        raise DeployFailed(f"the job supervisor could not start (exit code {code})", log)
+    deadline = time.monotonic() + LAUNCH_TIMEOUT_S
+    while (state := current_state(run_dir)) is None or state.supervisor is None:
         if time.monotonic() > deadline:
             raise DeployFailed(
-                f"{component.name} did not answer {url} within {STARTUP_TIMEOUT_S:.0f} s", Path(record.log)
+                f"the job supervisor did not record itself within {LAUNCH_TIMEOUT_S:.0f} s", log
             )
         time.sleep(POLL_S)
-    ports = " ".join(f"{name}={port}" for name, port in component.ports.items())
     print(
-        f"  [{time.monotonic() - began:6.1f}s] started {component.name:<12} pid {record.pid:<7} {ports}",
+        f"  [{time.monotonic() - began:6.1f}s] job supervisor running, pid {state.supervisor.pid} "
+        f"(log {state.supervisor.log})",
         file=out,
     )
 
 
-def _wait_ready(plan: Plan, state: RunState, out: TextIO, began: float, timeout: float) -> None:
-    expected = {c.name for c in plan.node_managers}
+def _follow_start(run_dir: Path, out: TextIO, began: float, components: int) -> None:
+    """Print each component as the supervisor reports it started, until it runs the job or failed."""
+    shown: set[str] = set()
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S * (components + 1)
+    while True:
+        state = current_state(run_dir)
+        supervisor = state.supervisor if state is not None else None
+        if state is None or supervisor is None:
+            raise DeployFailed(f"{run_dir}/state.json vanished while the job was starting")
+        for record in state.components:
+            if record.ready_at is not None and record.name not in shown:
+                shown.add(record.name)
+                ports = " ".join(f"{name}={port}" for name, port in record.ports.items())
+                print(
+                    f"  [{record.ready_at - time.time() + time.monotonic() - began:6.1f}s] "
+                    f"started {record.name:<12} pid {record.pid:<7} {ports}",
+                    file=out,
+                )
+        if supervisor.phase == "failed":
+            log = Path(supervisor.error_log) if supervisor.error_log else None
+            raise DeployFailed(supervisor.error or "the job supervisor failed to start the job", log)
+        if supervisor.phase == "running":
+            return
+        if not Identity(supervisor.pid, supervisor.start_ticks).alive():
+            raise DeployFailed("the job supervisor exited while starting the job", Path(supervisor.log))
+        if time.monotonic() > deadline:
+            raise DeployFailed("the job supervisor did not start the job in time", Path(supervisor.log))
+        time.sleep(POLL_S)
+
+
+def wait_ready(
+    state: RunState,
+    expected: set[str],
+    out: TextIO,
+    began: float,
+    timeout: float,
+    *,
+    absent: frozenset[str] = frozenset(),
+) -> None:
+    """Until the coordinator is ready, every instance in `expected` is active and none in `absent` is
+    registered; DeployFailed when the supervisor is gone, gave up on a component, or `timeout` passes."""
     deadline = time.monotonic() + timeout
     shown = ""
     while True:
-        for record in state.components:
-            if not Identity(record.pid, record.start_ticks).alive():
-                raise DeployFailed(f"{record.name} exited before the deployment was ready", Path(record.log))
+        _check_supervised(current_state(Path(state.run_dir)) or state)
         instances = _instances(state)
         coordinator_ready = _coordinator_ready(state)
         summary = ", ".join(f"{name} {instances.get(name, 'not registered')}" for name in sorted(expected))
+        leaving = sorted(absent & instances.keys())
+        if leaving:
+            summary += f"; still registered: {', '.join(leaving)}"
         summary += f"; coordinator {'ready' if coordinator_ready else 'not ready'}"
         if summary != shown:
             print(f"  [{time.monotonic() - began:6.1f}s] {summary}", file=out)
             shown = summary
-        if coordinator_ready and all(instances.get(name, "").startswith("active") for name in expected):
+        active = all(instances.get(name, "").startswith("active") for name in expected)
+        if coordinator_ready and active and not leaving:
             return
         if time.monotonic() > deadline:
             waiting = sorted(n for n in expected if not instances.get(n, "").startswith("active"))
@@ -259,21 +288,36 @@ def _wait_ready(plan: Plan, state: RunState, out: TextIO, began: float, timeout:
         time.sleep(POLL_S * 3)
 
 
+def _check_supervised(state: RunState) -> None:
+    supervisor = state.supervisor
+    if supervisor is None or not Identity(supervisor.pid, supervisor.start_ticks).alive():
+        log = Path(supervisor.log) if supervisor is not None else None
+        raise DeployFailed("the job supervisor is gone", log)
+    for record in state.components:
+        if record.state == "given_up":
+            raise DeployFailed(
+                f"{record.name} keeps failing: the supervisor gave up restarting it after {record.restarts} "
+                "restarts",
+                Path(record.log),
+            )
+
+
 def _instances(state: RunState) -> dict[str, str]:
     """instance id → "status (engine state)" as the controller sees it."""
-    request = urllib.request.Request(
-        f"{state.controller_url}/controller/instances", headers=bearer(state.token)
+    answer = http_status(
+        f"{state.controller_url}/controller/instances", tls=state.mgmt_tls, headers=bearer(state.token)
     )
+    if answer is None or answer[0] != 200:
+        return {}
     try:
-        with urllib.request.urlopen(request, timeout=2.0) as response:
-            views = ControllerState.model_validate_json(response.read()).instances
-    except (OSError, ValidationError):
+        views = ControllerState.model_validate_json(answer[1]).instances
+    except ValidationError:
         return {}
     return {v.instance.id: f"{v.instance.status} (engine {v.engine_state})" for v in views}
 
 
 def _coordinator_ready(state: RunState) -> bool:
-    answer = http_status(f"{state.coordinator_mgmt_url}/readiness")
+    answer = http_status(f"{state.coordinator_mgmt_url}/readiness", tls=state.mgmt_tls)
     if answer is None or answer[0] != 200:
         return False
     try:

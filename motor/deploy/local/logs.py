@@ -1,15 +1,17 @@
-"""`motor logs COMPONENT [-f]` for deploy_mode local: a component's log from the run directory (`logs/<name>.log`,
-or with `--engine` the engine log `<name>/engine.log` its node manager keeps), its last lines or followed."""
+"""`motor logs COMPONENT [-f]` for deploy_mode local: a component's log from the run directory (`logs/<name>.log`;
+`supervisor` is the job supervisor's; with `--engine` the engine log `<name>/engine.log` its node manager
+keeps), its last lines or followed."""
 
 import sys
 import time
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from motor.deploy.local.state import LOG_DIR, running_job
+from motor.deploy.local.state import LOG_DIR, SUPERVISOR_LOG, running_job
 
 FOLLOW_POLL_S = 0.25
 ENGINE_LOG = "engine.log"
+SUPERVISOR = SUPERVISOR_LOG.removesuffix(".log")  # `motor logs supervisor`
 
 
 def log_path(run_dir: Path, component: str, *, engine: bool) -> Path:
@@ -33,7 +35,7 @@ def logs_local(
     state = running_job(run_root, job_id, "motor logs")
     if isinstance(state, int):
         return state
-    names = [record.name for record in state.components]
+    names = [SUPERVISOR, *(record.name for record in state.components)]
     engines = [record.name for record in state.components if record.kind == "node_manager"]
     if component not in (engines if engine else names):
         what = "engine logs (node managers)" if engine else "components"

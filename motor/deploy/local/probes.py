@@ -1,8 +1,12 @@
-"""Probes the local backend makes: is a port taken, what does a URL answer."""
+"""Probes the local backend makes: is a port taken, what does a URL answer (over TLS with the client
+settings of the management channel when the URL is https)."""
 
 import socket
-import urllib.error
-import urllib.request
+from collections.abc import Mapping
+
+from motor.protocol.specs import TlsFiles
+from motor.runtime.probe import fetch
+from motor.runtime.tls import client_context
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
@@ -16,12 +20,13 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
-def http_status(url: str, timeout: float = 2.0) -> tuple[int, bytes] | None:
+def http_status(
+    url: str,
+    timeout: float = 2.0,
+    *,
+    tls: TlsFiles | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> tuple[int, bytes] | None:
     """(status, body) of a GET, or None when nothing answers."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return None
+    context = client_context(tls) if url.startswith("https:") else None
+    return fetch(url, timeout=timeout, context=context, headers=headers)

@@ -1,15 +1,30 @@
-"""The run directory `<run_root>/<job_id>/` and its `state.json`: what a local deploy started, so that status
-and stop can find (and verify) exactly those processes later."""
+"""The run directory `<run_root>/<job_id>/` and its `state.json`: what runs for a local job, so that status and
+stop can find (and verify) exactly those processes later.
+
+`motor deploy` writes the first state.json (the job, its URLs and controller token) and starts the job
+supervisor; from then on the supervisor alone writes it: itself, every component it runs (pid, start time,
+supervision state, restarts) and the progress of the last update. `motor stop` removes it.
+"""
 
 import json
 import os
 import sys
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from motor.protocol.specs import TlsFiles
+
 STATE_FILE = "state.json"
 LOG_DIR = "logs"
+SUPERVISOR_LOG = "supervisor.log"
+
+# The supervision states of motor.runtime.supervision, plus `draining` (being removed by a scale-down) and
+# `stopping` (the job is being stopped).
+ComponentState = Literal[
+    "starting", "healthy", "unhealthy", "restarting", "given_up", "draining", "stopping", "stopped"
+]
 
 
 class ProcessRecord(BaseModel):
@@ -24,6 +39,38 @@ class ProcessRecord(BaseModel):
     log: str
     started_at: float  # epoch seconds
     probe_url: str  # answers 200 while the component is fine
+    state: ComponentState = "starting"
+    restarts: int = 0  # by the supervisor, since this component was (re)deployed
+    ready_at: float | None = None  # epoch seconds: when its startup probe first answered
+
+
+Phase = Literal["starting", "running", "failed", "stopping", "stopped"]
+
+
+class SupervisorRecord(BaseModel):
+    """The job supervisor: `starting` the components, `running` (supervising them), `failed` to start them
+    (`error`, with the log that says why), `stopping` or `stopped` the job."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pid: int
+    start_ticks: int
+    log: str
+    started_at: float
+    phase: Phase = "starting"
+    error: str | None = None
+    error_log: str | None = None
+
+
+class UpdateRecord(BaseModel):
+    """How the supervisor applies job file generation `generation` (a scale or a config update)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    generation: int
+    status: Literal["running", "done", "failed"] = "running"
+    steps: list[str] = []
+    error: str | None = None
 
 
 class RunState(BaseModel):
@@ -38,7 +85,10 @@ class RunState(BaseModel):
     coordinator_url: str
     coordinator_mgmt_url: str
     pool_metrics_url: str | None = None
+    mgmt_tls: TlsFiles | None = None  # what the CLI presents to and trusts from the management ports
     components: list[ProcessRecord] = []
+    supervisor: SupervisorRecord | None = None
+    update: UpdateRecord | None = None
 
 
 def job_dir(run_root: Path, job_id: str) -> Path:
@@ -64,14 +114,18 @@ def read_state(run_dir: Path) -> RunState | None:
     return RunState.model_validate_json(path.read_text(encoding="utf-8"))
 
 
-def write_state(state: RunState) -> None:
-    """Atomically, readable only by the owner (it holds the controller token)."""
-    path = state_path(Path(state.run_dir))
+def write_private(path: Path, model: BaseModel) -> None:
+    """`model` as JSON at `path`, atomically (readers never see half a file), readable only by the owner."""
     temporary = path.with_suffix(".tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(json.dumps(state.model_dump(mode="json"), indent=2) + "\n")
+        handle.write(json.dumps(model.model_dump(mode="json"), indent=2) + "\n")
     os.replace(temporary, path)
+
+
+def write_state(state: RunState) -> None:
+    """Readable only by the owner: it holds the controller token."""
+    write_private(state_path(Path(state.run_dir)), state)
 
 
 def remove_state(run_dir: Path) -> None:

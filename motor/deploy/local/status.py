@@ -4,7 +4,6 @@ coordinator's metrics) and pool usage, as rich tables; `--watch` redraws them in
 import json
 import sys
 import time
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,11 +16,12 @@ from rich.table import Table
 from rich.text import Text
 
 from motor.deploy.local.probes import http_status
-from motor.deploy.local.state import RunState, deployed_jobs, running_job
+from motor.deploy.local.state import RunState, deployed_jobs, read_state, running_job
 from motor.observability.traffic import CoordinatorSample, Traffic, scrape_coordinator, traffic_between
 from motor.pool.metrics import MetricsUnavailable, PoolSnapshot, scrape_pool
 from motor.protocol.controller import ControllerState, bearer
 from motor.runtime.processes import Identity
+from motor.runtime.tls import client_context
 
 DEFAULT_WATCH_INTERVAL_S = 2.0
 CONSOLE_WIDTH = 160
@@ -32,7 +32,8 @@ class JobView:
     """One look at a running job; `healthy` when every component runs and answers its probe."""
 
     state: RunState
-    components: list[tuple[str, str, str, str, str]]
+    supervisor: str  # what the job supervisor is doing, or that it is gone
+    components: list[tuple[str, str, str, str, str, str]]
     healthy: bool
     controller: ControllerState | str  # or why it could not be read
     traffic: Traffic | str | None  # None: no scrape yet
@@ -95,15 +96,28 @@ def watch_local(
 
 
 def look(state: RunState, previous: CoordinatorSample | None) -> JobView:
+    state = _latest(state)
+    supervisor, supervised = _supervisor(state)
     components, healthy = _components(state)
     sample: CoordinatorSample | None = None
     traffic: Traffic | str | None
     try:
-        sample = scrape_coordinator(f"{state.coordinator_mgmt_url}/metrics", time.monotonic())
+        url = f"{state.coordinator_mgmt_url}/metrics"
+        context = client_context(state.mgmt_tls) if url.startswith("https:") else None
+        sample = scrape_coordinator(url, time.monotonic(), context=context)
         traffic = traffic_between(previous, sample)
     except (OSError, ValueError) as exc:
         traffic = f"the coordinator's metrics at {state.coordinator_mgmt_url}/metrics do not answer ({exc})"
-    return JobView(state, components, healthy, _controller(state), traffic, _pool(state), sample)
+    return JobView(
+        state,
+        supervisor,
+        components,
+        healthy and supervised,
+        _controller(state),
+        traffic,
+        _pool(state),
+        sample,
+    )
 
 
 def render(view: JobView) -> RenderableType:
@@ -115,7 +129,8 @@ def render(view: JobView) -> RenderableType:
             style="bold",
         )
     ]
-    components = _table("COMPONENT", "KIND", "PID", "PORTS", "STATE")
+    parts.append(Text(view.supervisor))
+    components = _table("COMPONENT", "KIND", "PID", "PORTS", "STATE", "RESTARTS")
     for row in view.components:
         components.add_row(*row)
     parts.append(components)
@@ -128,25 +143,56 @@ def render(view: JobView) -> RenderableType:
 # ---- collecting -------------------------------------------------------------------------------------------
 
 
-def _components(state: RunState) -> tuple[list[tuple[str, str, str, str, str]], bool]:
+def _latest(state: RunState) -> RunState:
+    """The job's state.json as the supervisor last wrote it (`state` when it cannot be read)."""
+    try:
+        return read_state(Path(state.run_dir)) or state
+    except (OSError, ValidationError):
+        return state
+
+
+def _supervisor(state: RunState) -> tuple[str, bool]:
+    """A line about the job supervisor, and whether it supervises the job."""
+    supervisor = state.supervisor
+    if supervisor is None:
+        return "job supervisor: none recorded (components are not restarted)", False
+    if not Identity(supervisor.pid, supervisor.start_ticks).alive():
+        return (
+            f"job supervisor (pid {supervisor.pid}) is GONE: components keep running but are no longer restarted; "
+            f"`motor stop` stops them (see {supervisor.log})",
+            False,
+        )
+    uptime = time.time() - supervisor.started_at
+    line = f"job supervisor pid {supervisor.pid}: {supervisor.phase} for {uptime:.0f} s"
+    update = state.update
+    if update is not None:
+        line += f"; last update (generation {update.generation}) {update.status}"
+        if update.error:
+            line += f": {update.error}"
+    return line, supervisor.phase == "running"
+
+
+def _components(state: RunState) -> tuple[list[tuple[str, str, str, str, str, str]], bool]:
     rows = []
     healthy = True
     for record in state.components:
         ports = " ".join(f"{name}={port}" for name, port in record.ports.items())
-        if not Identity(record.pid, record.start_ticks).alive():
+        if record.state in ("restarting", "given_up", "draining", "stopping", "stopped"):
+            condition, healthy = record.state.replace("_", " "), False
+        elif not Identity(record.pid, record.start_ticks).alive():
             condition, healthy = "exited", False
         else:
-            answer = http_status(record.probe_url)
+            answer = http_status(record.probe_url, tls=state.mgmt_tls)
             condition = "running" if answer is not None and answer[0] == 200 else "running, probe failing"
             healthy = healthy and condition == "running"
         if record.kind == "coordinator" and condition == "running":
             condition += _coordinator_detail(state)
-        rows.append((record.name, record.kind, str(record.pid), ports, condition))
+        rows.append((record.name, record.kind, str(record.pid), ports, condition, str(record.restarts)))
     return rows, healthy
 
 
 def _coordinator_detail(state: RunState) -> str:
-    answer = http_status(f"{state.coordinator_mgmt_url}/readiness")
+    answer = http_status(f"{state.coordinator_mgmt_url}/readiness", tls=state.mgmt_tls)
     if answer is None:
         return ""
     try:
@@ -157,14 +203,16 @@ def _coordinator_detail(state: RunState) -> str:
 
 
 def _controller(state: RunState) -> ControllerState | str:
-    request = urllib.request.Request(
-        f"{state.controller_url}/controller/instances", headers=bearer(state.token)
+    answer = http_status(
+        f"{state.controller_url}/controller/instances", tls=state.mgmt_tls, headers=bearer(state.token)
     )
+    if answer is None or answer[0] != 200:
+        reason = "no answer" if answer is None else f"HTTP {answer[0]}"
+        return f"the controller at {state.controller_url} does not answer ({reason})"
     try:
-        with urllib.request.urlopen(request, timeout=2.0) as response:
-            return ControllerState.model_validate_json(response.read())
-    except (OSError, ValidationError) as exc:
-        return f"the controller at {state.controller_url} does not answer ({exc})"
+        return ControllerState.model_validate_json(answer[1])
+    except ValidationError as exc:
+        return f"the controller at {state.controller_url} gave an unexpected answer ({exc})"
 
 
 def _pool(state: RunState) -> PoolSnapshot | str | None:
