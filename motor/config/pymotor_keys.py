@@ -349,7 +349,11 @@ _implemented(
     "pyMotor's name for the dispatch style; motor derives the dispatch profile from the connector and warns "
     "when they disagree",
 )
-_implemented(_S, "dispatch_profile affinity_block_size affinity_max_load_ratio", "motor's own keys")
+_implemented(
+    _S,
+    "dispatch_profile affinity_block_size affinity_max_load_ratio stall_degraded_after stall_recovery_half_life",
+    "motor's own keys",
+)
 _warned(
     _S,
     "endpoint_instance_score_weight",
@@ -400,6 +404,12 @@ _warned(_X, "upstream_error_body_max_bytes", "engine errors reach the client as 
 _implemented(
     f"{_K}.timeout_config",
     "request_timeout connection_timeout read_timeout write_timeout keep_alive_timeout",
+)
+_implemented(
+    f"{_K}.timeout_config",
+    "prefill_deadline_floor prefill_deadline_cap prefill_deadline_factor prefill_deadline_allowance "
+    "prefill_deadline_min_samples",
+    "motor's own keys: the per-leg prefill deadline",
 )
 _implemented(f"{_K}.api_key_config", "enable_api_key valid_keys header_name key_prefix")
 _warned(

@@ -141,7 +141,7 @@ def metric(core: Core, prometheus: CollectorRegistry, name: str, **labels: str) 
 
 def idle(core: Core) -> bool:
     return all(
-        load == {"in_flight": 0, "tokens": 0, "kv_tokens": 0}
+        (load["in_flight"], load["tokens"], load["kv_tokens"]) == (0, 0, 0)
         for load in core.scheduler.endpoint_load().values()
     )
 
