@@ -22,7 +22,10 @@ when a request has been in flight S seconds (once per request; py-spy must be in
         [--env KEY=VALUE ...] [--dump-after 0] [--keep DIR] [--plot benchmarks/out/soak_real_path.png]
 
 `--env` sets an engine environment variable (in `motor_common_env`, and over the example's per-role value of it);
-`--hog N` runs N busy-looping processes next to the deployment while the requests run. Needs the vllm extra
+`--hog N` runs N busy-looping processes next to the deployment while the requests run. `--freeze AT:FOR` stalls
+prefill-0 on purpose: AT seconds into the requests its EngineCore and worker are stopped (SIGSTOP; its API server
+still takes requests and never answers them) and FOR seconds later resumed (SIGCONT), to show what a stall
+costs a request (the coordinator's per-leg prefill deadline, `prefill_stalled` retries, the degraded instance). Needs the vllm extra
 (scripts/setup_dev.sh) and, for the plot, the bench extra. Everything listens on 127.0.0.1; `motor stop` stops the deployment (also on Ctrl-C). About 9 GB of
 RAM (three engines).
 """
@@ -265,6 +268,25 @@ class CpuWindow:
 
 
 @contextmanager
+async def freeze_prefill(deployment: Deployment, at: float, seconds: float) -> None:
+    """SIGSTOP prefill-0's EngineCore and worker processes `at` seconds from now, SIGCONT `seconds` later."""
+    await asyncio.sleep(at)
+    frozen = [
+        pid
+        for pid, name in deployment_processes(deployment).items()
+        if name.startswith("prefill-0/") and ("EngineCore" in name or "Worker" in name)
+    ]
+    print(f"  freezing prefill-0 for {seconds:g} s: pids {frozen}", flush=True)
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+        print("  prefill-0 resumed", flush=True)
+
+
 def hogs(count: int) -> Iterator[None]:
     """`count` busy-looping processes (an extra CPU load), killed by pid afterwards."""
     processes = [
@@ -438,6 +460,9 @@ async def run_requests(
             await asyncio.sleep(5)
 
     watchers = [asyncio.create_task(sample_load())]
+    if args.freeze:
+        at, _, seconds = args.freeze.partition(":")
+        freezer = asyncio.create_task(freeze_prefill(deployment, float(at), float(seconds)))
     if dumper:
         watchers.append(asyncio.create_task(dumper.watch()))
     async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
@@ -458,6 +483,8 @@ async def run_requests(
             await asyncio.gather(*(drain(client, queue) for _ in range(args.concurrency)))
     for task in watchers:
         task.cancel()
+    if args.freeze:
+        await freezer  # the engine runs again before the report (and before `motor stop`)
     return outcomes, loads
 
 
@@ -475,17 +502,38 @@ def engine_stall_lines(deployment: Deployment) -> dict[str, int]:
 
 
 def coordinator_counters(deployment: Deployment) -> dict[str, float]:
-    """The coordinator's retry and cancelled-leg counters, by their labels."""
+    """The coordinator's retry, cancelled-leg and prefill-stall counters, by their labels."""
     text = httpx.get(f"{deployment.mgmt_url}/metrics", timeout=10).text
     counters = {}
     for line in text.splitlines():
-        if line.startswith(("motor_coordinator_retries_total", "motor_coordinator_cancelled_legs_total")):
+        if line.startswith(
+            (
+                "motor_coordinator_retries_total",
+                "motor_coordinator_cancelled_legs_total",
+                "motor_coordinator_prefill_stalls_total",
+            )
+        ):
             series, _, value = line.rpartition(" ")
             counters[series] = float(value)
     return counters
 
 
 # ---- report --------------------------------------------------------------------------------------------------
+
+
+def prefill_health(deployment: Deployment) -> list[str]:
+    """Per prefill endpoint, what the coordinator measured: prefill rate, stalls, degraded (its /instances)."""
+    view = httpx.get(f"{deployment.mgmt_url}/instances", timeout=10).json().get("endpoint_load", {})
+    lines = []
+    for key, load in sorted(view.items()):
+        rate = load.get("prefill_tokens_per_second")
+        if rate is None and not load.get("prefill_stalls"):
+            continue
+        lines.append(
+            f"  {key}: {rate or 0:,.0f} prefill tokens/s over {load['prefill_legs_measured']} legs, "
+            f"{load['prefill_stalls']} stalls, degraded {load['degraded']}"
+        )
+    return lines
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -501,7 +549,7 @@ def triple(values: list[float]) -> str:
 
 def report(
     outcomes: list[Outcome], loads: list[float], cpu: CpuWindow, counters: dict[str, float],
-    hits: tuple[int, int], stalls: dict[str, int], args: argparse.Namespace,
+    hits: tuple[int, int], stalls: dict[str, int], health: list[str], args: argparse.Namespace,
 ) -> None:  # fmt: skip
     ok = [o for o in outcomes if o.error is None]
     errors = [o for o in outcomes if o.error is not None]
@@ -530,6 +578,7 @@ def report(
         f"{hits[1]} of {hits[0]} gets"
     )
     print("engine logs: " + ", ".join(f"{name} {count}" for name, count in stalls.items()))
+    print("coordinator's view of the prefill instances at the end:", *health, sep="\n")
     print(
         f"load average (1 min) during the run: start {loads[0]:.1f}, mean {statistics.mean(loads):.1f}, "
         f"max {max(loads):.1f}; CPU used: machine {cpu.machine / cpu.seconds:.2f} cores, processes outside this "
@@ -587,6 +636,9 @@ def main() -> int:
     parser.add_argument("--slow-seconds", type=float, default=5.0)
     parser.add_argument("--request-timeout", type=float, default=180.0, help="client-side bound per request")
     parser.add_argument("--hog", type=int, default=0, help="busy-looping processes next to the deployment")
+    parser.add_argument(
+        "--freeze", metavar="AT:FOR", help="stop prefill-0's engine AT s into the run for FOR s"
+    )
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="extra engine env")
     parser.add_argument("--dump-after", type=float, default=0.0, help="py-spy dumps after S s in flight")
     parser.add_argument("--keep", type=Path, help="work directory to keep (configs, logs, dumps)")
@@ -619,6 +671,7 @@ def main() -> int:
             for series, value in coordinator_counters(deployment).items()
             if value - counters_before.get(series, 0.0)
         }
+        health = prefill_health(deployment)
         pool_after = scrape_pool(deployment.pool_metrics_url)
         hits = (
             pool_after.get_requests - pool_before.get_requests,
@@ -631,7 +684,10 @@ def main() -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     if args.hog:
         print(f"with {args.hog} busy-looping process(es) next to the deployment")
-    report(outcomes, loads, cpu, counters, hits, stalls, args)
+    if args.freeze:
+        at, _, seconds = args.freeze.partition(":")
+        print(f"prefill-0 frozen (SIGSTOP) for {seconds} s from {at} s into the run")
+    report(outcomes, loads, cpu, counters, hits, stalls, health, args)
     plot(outcomes, args)
     return 0
 
