@@ -10,22 +10,16 @@ import pytest
 from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
-from motor.config.models import CoordinatorConfig, TimeoutConfig
+from motor.config.models import TimeoutConfig
 from motor.coordinator.core import Core
 from motor.coordinator.dispatch.deadlines import prefill_budget, prefill_cap
 from motor.coordinator.dispatch.failures import FAILURES, LegFailure
-from motor.coordinator.dispatch.request import Dispatch
 from motor.coordinator.dispatch.states import LegState, Phase
-from motor.coordinator.metrics import CoordinatorMetrics
-from motor.coordinator.requests import parse_request
 from motor.coordinator.scheduling.health import RATE_WEIGHT, PrefillRate, StallPolicy, StallRecord
 from motor.coordinator.scheduling.load import EndpointLoad
 from motor.coordinator.scheduling.scheduler import Scheduler
-from motor.coordinator.settings import CoordinatorSettings
 from motor.coordinator.upstream import UpstreamError
-from motor.kv.connectors import DispatchProfile
-from motor.protocol.instances import InstanceEvent
-from tests.unit.test_coordinator_dispatch import registry
+from tests.unit.test_coordinator_attempt import dispatch, running_core
 from tests.unit.test_coordinator_scheduling import POLICIES, demand, make_target
 
 
@@ -189,39 +183,13 @@ def prometheus() -> CollectorRegistry:
 
 @pytest.fixture
 async def core(prometheus: CollectorRegistry) -> AsyncIterator[Core]:
-    config = CoordinatorConfig.model_validate(
-        {
-            "exception_config": {"max_retry": 2, "retry_delay": 0.25, "infer_timeout": 60},
-            "timeout_config": {"request_timeout": 30, "prefill_deadline_min_samples": 2},
-            "scheduler_config": {"stall_degraded_after": 2},
-        }
-    )
-    settings = CoordinatorSettings(
-        config=config,
-        profile=DispatchProfile.PREFILL_FIRST,
-        advertise_host="127.0.0.1",
-        bind_host="127.0.0.1",
-        infer_port=0,
-        mgmt_port=0,
-        served_models=("m",),
-        run_dir=None,
-        controller_token=None,
-        required_roles=("prefill", "decode"),
-        engine_types=("sim",),
-        owned_by="sim",
-        spec_path=None,
-    )
-    result = Core(settings, CoordinatorMetrics(prometheus))
-    await result.start("http://127.0.0.1:9")
-    instances = registry("prefill", "prefill", "decode").snapshot()
-    result.registry.apply(InstanceEvent(event="set", instances=instances))
-    yield result
-    await result.stop()
-
-
-def dispatch(core: Core) -> Dispatch:
-    body = b'{"model": "m", "prompt": "hello there", "max_tokens": 4}'
-    return Dispatch(core, parse_request("completions", body, frozenset({"m"})), "req-1")
+    config = {
+        "exception_config": {"max_retry": 2, "retry_delay": 0.25, "infer_timeout": 60},
+        "timeout_config": {"request_timeout": 30, "prefill_deadline_min_samples": 2},
+        "scheduler_config": {"stall_degraded_after": 2},
+    }
+    async with running_core(prometheus, config) as result:
+        yield result
 
 
 def endpoint_of(core: Core, instance_id: str) -> EndpointLoad:
