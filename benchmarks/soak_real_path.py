@@ -267,7 +267,6 @@ class CpuWindow:
         self.others = max(0.0, self.machine - ours / CLOCK_TICKS)
 
 
-@contextmanager
 async def freeze_prefill(deployment: Deployment, at: float, seconds: float) -> None:
     """SIGSTOP prefill-0's EngineCore and worker processes `at` seconds from now, SIGCONT `seconds` later."""
     await asyncio.sleep(at)
@@ -287,6 +286,7 @@ async def freeze_prefill(deployment: Deployment, at: float, seconds: float) -> N
         print("  prefill-0 resumed", flush=True)
 
 
+@contextmanager
 def hogs(count: int) -> Iterator[None]:
     """`count` busy-looping processes (an extra CPU load), killed by pid afterwards."""
     processes = [
