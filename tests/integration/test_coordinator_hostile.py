@@ -8,7 +8,8 @@ fail with an OpenAI-style 4xx (or the documented 503), never a 5xx.
 - two clients sending the same X-Request-Id do not collide at the engine;
 - key guessing from one address runs out of attempts (429) while valid keys keep working;
 - a body trickled slower than body_read_timeout is cut off with 408 and frees its request slot;
-- connections beyond max_connections are answered 503 and closed.
+- connections beyond max_connections are answered 503 and closed;
+- fuzzed request-like bodies never get a 5xx.
 """
 
 import asyncio
@@ -19,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
 
 from motor.coordinator.auth import hash_api_key
 from tests.fixtures.coordinator import (
@@ -26,11 +28,13 @@ from tests.fixtures.coordinator import (
     StartCoordinator,
     coordinator_metric,
     sim_instance,
+    start_coordinator,
     wait_coordinator_idle,
 )
 from tests.fixtures.hostile import HOSTILE_BODIES
 from tests.fixtures.sim import SimEngine, start_sim_engine
 from tests.integration.test_coordinator_api import assert_openai_error, completion
+from tests.unit.test_coordinator_requests_fuzz import bodies
 
 
 @dataclass
@@ -266,3 +270,36 @@ async def test_connections_beyond_the_cap_are_refused_and_closed(
     await asyncio.sleep(0.2)
     async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:
         assert (await http.post("/v1/completions", json=completion())).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def fuzz_coordinator(
+    tmp_path_factory: pytest.TempPathFactory, engines: dict[str, SimEngine]
+) -> Iterator[CoordinatorProcess]:
+    """One coordinator for every fuzz example; its bounds are small so accepted requests stay quick."""
+    coordinator = start_coordinator(
+        tmp_path_factory.mktemp("coordinator-fuzz"),
+        profile="aggregated",
+        coordinator_config={"input_config": {"max_tokens": 8, "max_n": 2, "kv_transfer_params": "strip"}},
+    )
+    try:
+        coordinator.register([sim_instance(engines["union"], "union")])
+        yield coordinator
+    finally:
+        coordinator.stop()
+
+
+@settings(max_examples=100, deadline=None)
+@given(case=bodies())
+def test_fuzzed_requests_never_get_a_5xx(
+    fuzz_coordinator: CoordinatorProcess, case: tuple[str, dict[str, Any]]
+) -> None:
+    """Request-like bodies of every shape (tests/unit/test_coordinator_requests_fuzz.py) through a live
+    coordinator and sim engine."""
+    api, body = case
+    body = body | {"model": "sim-model"} if body.get("model") == "m" else body
+    path = "/v1/chat/completions" if api == "chat" else "/v1/completions"
+    response = httpx.post(f"{fuzz_coordinator.base_url}{path}", content=json.dumps(body), timeout=30)
+    assert response.status_code < 500, (body, response.text)
+    if response.status_code >= 400:
+        assert_openai_error(response, response.status_code)
