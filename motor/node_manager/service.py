@@ -21,7 +21,7 @@ FINAL_HEARTBEAT_TIMEOUT_S = 2.0
 class NodeManager:
     def __init__(self, settings: NodeSettings, session: aiohttp.ClientSession) -> None:
         self.settings = settings
-        self.client = ControllerClient(settings.controller_url, settings.token, session)
+        self.client = ControllerClient(settings.controller_url, settings.credential, session)
         self.supervisor = EngineSupervisor(
             settings.engine, settings.engine_status_url, session, self._engine_changed
         )

@@ -1,4 +1,4 @@
-"""What a node manager needs: its compiled spec, with the controller token read from the environment."""
+"""What a node manager needs: its compiled spec, with its instance credential read from the environment."""
 
 import os
 from collections.abc import Mapping
@@ -23,7 +23,7 @@ class NodeSettings:
     port: int
     endpoint: Endpoint
     controller_url: str
-    token: str
+    credential: str  # its instance's (motor.protocol.credentials), never the controller token
     heartbeat_interval: float
     engine: EngineCommand
     log_level: str
@@ -39,11 +39,12 @@ class NodeSettings:
 
 
 def node_settings(spec: NodeManagerSpec, environ: Mapping[str, str] = os.environ) -> NodeSettings:
-    token = spec.token.resolve(environ)
-    if not token:
+    credential = spec.credential.resolve(environ)
+    if not credential:
         raise SettingsError(
-            f"{spec.token.env} is not set: the node manager authenticates to the controller with this shared "
-            "token; give it the controller's value (`motor deploy` generates one per run)"
+            f"{spec.credential.env} is not set: the node manager authenticates to the controller with the "
+            f"credential of instance {spec.instance_id}, which `motor deploy` derives from the controller token "
+            "(motor.protocol.credentials.instance_credential)"
         )
     engine = spec.engine
     host = spec.advertise_host
@@ -57,7 +58,7 @@ def node_settings(spec: NodeManagerSpec, environ: Mapping[str, str] = os.environ
             host=host, port=engine.port, status_port=engine.status_port, bootstrap_port=engine.bootstrap_port
         ),
         controller_url=spec.controller_url.rstrip("/"),
-        token=token,
+        credential=credential,
         heartbeat_interval=spec.heartbeat_interval,
         engine=EngineCommand(
             list(engine.argv),
