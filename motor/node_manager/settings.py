@@ -1,10 +1,12 @@
-"""What a node manager needs: its compiled spec, with its instance credential read from the environment."""
+"""What a node manager needs: its compiled spec, with its instance credential read from the environment, and
+the engine's environment (motor.node_manager.engine_env)."""
 
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from motor.node_manager.engine_env import engine_environment
 from motor.node_manager.engine_process import EngineCommand
 from motor.protocol.instances import Endpoint, InstanceRole
 from motor.protocol.specs import NodeManagerSpec, TlsFiles, url_scheme
@@ -47,6 +49,7 @@ def node_settings(spec: NodeManagerSpec, environ: Mapping[str, str] = os.environ
             "(motor.protocol.credentials.instance_credential)"
         )
     engine = spec.engine
+    credentials = {ref.env: environ[ref.env] for ref in engine.secret_env if ref.env in environ}
     host = spec.advertise_host
     return NodeSettings(
         instance_id=spec.instance_id,
@@ -62,7 +65,7 @@ def node_settings(spec: NodeManagerSpec, environ: Mapping[str, str] = os.environ
         heartbeat_interval=spec.heartbeat_interval,
         engine=EngineCommand(
             list(engine.argv),
-            dict(engine.env),
+            engine_environment(environ, engine.env, credentials),
             dict(engine.files),
             Path(engine.log_path),
             Path(engine.pid_path),
