@@ -51,8 +51,8 @@ class Control(Protocol):
 
 class ManagementApp:
     def __init__(self, control: Control, max_body_bytes: int, *, refresh_token: str | None = None) -> None:
-        """`refresh_token`: the controller's shared token (MOTOR_CONTROLLER_TOKEN); when given, only callers
-        presenting it as `Authorization: Bearer <token>` may change the instance set."""
+        """`refresh_token`: the controller's token (MOTOR_CONTROLLER_TOKEN); only callers presenting it as
+        `Authorization: Bearer <token>` may change the instance set, and without one nobody may."""
         self.control = control
         self.max_body_bytes = max_body_bytes
         self._refresh_token = refresh_token.encode() if refresh_token else None
@@ -130,7 +130,10 @@ class ManagementApp:
         await send_json(send, 200, body)
 
     async def _refresh(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._refresh_token is not None and not _bearer_matches(scope, self._refresh_token):
+        if self._refresh_token is None:
+            await send_error(send, NO_REFRESH_TOKEN)
+            return
+        if not _bearer_matches(scope, self._refresh_token):
             await send_error(send, UNAUTHORIZED_REFRESH)
             return
         try:
@@ -153,6 +156,16 @@ UNAUTHORIZED_REFRESH = HttpError(
     401,
     "missing or wrong bearer token: POST /instances/refresh needs `Authorization: Bearer <token>` with the "
     "MOTOR_CONTROLLER_TOKEN this coordinator was started with (the controller sends its own; give both the same)",
+    type_="authentication_error",
+    code="invalid_token",
+    headers=[(b"www-authenticate", b'Bearer realm="motor"')],
+)
+
+
+NO_REFRESH_TOKEN = HttpError(
+    401,
+    "this coordinator was started without MOTOR_CONTROLLER_TOKEN, so it accepts no POST /instances/refresh: give "
+    "it the controller's token",
     type_="authentication_error",
     code="invalid_token",
     headers=[(b"www-authenticate", b'Bearer realm="motor"')],
