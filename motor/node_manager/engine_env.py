@@ -3,8 +3,8 @@
 An engine runs code motor does not control (a model loaded with `trust_remote_code`, plugins), so it gets only:
 
 - from the node manager's environment, the variables engines read: the names and prefixes below (the process
-  basics, Python, vLLM, vllm-ascend and CANN, SGLang, Mooncake, CUDA/NCCL, OpenMP and the math libraries,
-  torch and Triton), and never one whose name says it holds a credential;
+  basics, Python, Hugging Face, vLLM, vllm-ascend and CANN, SGLang, Mooncake, CUDA/NCCL, OpenMP, the allocator
+  and the math libraries, torch and Triton), and never one whose name says it holds a credential;
 - everything its spec sets (`EngineSpec.env`: the env.json section of its role and what the topology adds,
   such as MOONCAKE_CONFIG_PATH or VLLM_HOST_IP): anything else an engine needs goes there;
 - the credentials its spec names (`EngineSpec.secret_env`: env.json's HF_TOKEN and the like).
@@ -45,13 +45,6 @@ NAMES = frozenset(
         "http_proxy",
         "https_proxy",
         "no_proxy",
-        "HF_HOME",
-        "HF_HUB_CACHE",
-        "HF_HUB_OFFLINE",
-        "HF_ENDPOINT",
-        "HF_DATASETS_OFFLINE",
-        "TRANSFORMERS_OFFLINE",
-        "TRANSFORMERS_CACHE",
         "HIP_VISIBLE_DEVICES",
         "MAX_JOBS",
         "CC",
@@ -66,6 +59,11 @@ PREFIXES = (
     "LC_",
     "PYTHON",
     "XDG_",
+    "HF_",
+    "HUGGINGFACE_",
+    "TRANSFORMERS_",
+    "TOKENIZERS_",
+    "MALLOC_",
     "VLLM_",
     "SGLANG_",
     "SGL_",

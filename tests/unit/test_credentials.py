@@ -22,7 +22,12 @@ def test_an_instance_credential_is_bound_to_its_instance_and_token() -> None:
 
 
 def test_credential_names_are_recognised_by_their_words() -> None:
-    for name in ("MOTOR_CONTROLLER_TOKEN", "MOTOR_INSTANCE_CREDENTIAL_DECODE_3", "HF_TOKEN", "aws_secret_key"):
+    for name in (
+        "MOTOR_CONTROLLER_TOKEN",
+        "MOTOR_INSTANCE_CREDENTIAL_DECODE_3",
+        "HF_TOKEN",
+        "aws_secret_key",
+    ):
         assert is_credential_env(name), name
     for name in ("PATH", "VLLM_HOST_IP", "MOONCAKE_CONFIG_PATH"):
         assert not is_credential_env(name), name
