@@ -13,7 +13,7 @@ import re
 from urllib.parse import urlsplit
 
 from motor.protocol.controller import Registration
-from motor.protocol.instances import Endpoint
+from motor.protocol.instances import Endpoint, InstanceRole
 from motor.protocol.specs import RegistrationPolicy, RolePorts
 
 _INSTANCE_ID = re.compile(r"^(?P<role>[a-z]+)-(?P<index>[0-9]+)$")
@@ -29,17 +29,35 @@ class AddressRefused(ValueError):
 
 def check_registration(registration: Registration, policy: RegistrationPolicy) -> None:
     """Raise AddressRefused unless `registration` keeps to `policy`."""
-    index = _index(registration, policy)
-    ports = policy.roles[registration.role]
-    host, node_manager_port = _node_manager_address(registration.node_manager_url, policy)
+    check_addresses(
+        registration.instance_id,
+        registration.role,
+        registration.node_manager_url,
+        registration.endpoints,
+        policy,
+    )
+
+
+def check_addresses(
+    instance_id: str,
+    role: InstanceRole,
+    node_manager_url: str,
+    endpoints: list[Endpoint],
+    policy: RegistrationPolicy,
+) -> None:
+    """Raise AddressRefused unless instance `instance_id` of `role` may be reached at these addresses (a
+    registration's, or an instance's restored from etcd)."""
+    index = _index(instance_id, role, policy)
+    ports = policy.roles[role]
+    host, node_manager_port = _node_manager_address(node_manager_url, policy)
     ordinal = _ordinal(node_manager_port, ports, policy)
     if ordinal is None:
         raise AddressRefused(
             "node_manager_url",
-            f"port {node_manager_port} is not a node manager port of role {registration.role} "
+            f"port {node_manager_port} is not a node manager port of role {role} "
             f"({_port_rule(ports.node_manager_port, 1, policy)})",
         )
-    for position, endpoint in enumerate(registration.endpoints):
+    for position, endpoint in enumerate(endpoints):
         _check_endpoint(endpoint, f"endpoints.{position}", host, ports, ordinal, index, policy)
 
 
@@ -59,16 +77,15 @@ def _ordinal(node_manager_port: int, ports: RolePorts, policy: RegistrationPolic
     return ordinal if 0 <= ordinal < (policy.ordinals if policy.shared_host else 1) else None
 
 
-def _index(registration: Registration, policy: RegistrationPolicy) -> int:
-    match = _INSTANCE_ID.match(registration.instance_id)
-    if match is None or match["role"] != registration.role:
+def _index(instance_id: str, role: InstanceRole, policy: RegistrationPolicy) -> int:
+    match = _INSTANCE_ID.match(instance_id)
+    if match is None or match["role"] != role:
         raise AddressRefused(
             "instance_id",
-            f"{registration.instance_id!r} is not an instance of role {registration.role} "
-            f"(motor names them {registration.role}-0, {registration.role}-1, ...)",
+            f"{instance_id!r} is not an instance of role {role} (motor names them {role}-0, {role}-1, ...)",
         )
-    if registration.role not in policy.roles:
-        raise AddressRefused("role", f"this deployment has no {registration.role} instances")
+    if role not in policy.roles:
+        raise AddressRefused("role", f"this deployment has no {role} instances")
     return int(match["index"])
 
 

@@ -6,7 +6,12 @@ import time
 
 import aiohttp
 
-from motor.controller.admission import AddressRefused, check_registration, node_manager_base_url
+from motor.controller.admission import (
+    AddressRefused,
+    check_addresses,
+    check_registration,
+    node_manager_base_url,
+)
 from motor.controller.persistence import EtcdStore
 from motor.controller.pusher import EventPusher
 from motor.controller.registry import Change, InstanceRegistry, Timeouts
@@ -60,17 +65,14 @@ class Controller:
         restored = 0
         for item in persisted:
             instance = item.instance
-            as_registered = Registration(
-                instance_id=instance.id,
-                role=instance.role,
-                engine_id=instance.engine_id,
-                model_name=instance.model_name,
-                node_manager_url=item.node_manager_url,
-                endpoints=instance.endpoints,
-                engine_state="starting",
-            )
             try:  # what etcd holds gets no further than a registration would
-                check_registration(as_registered, self.settings.registration)
+                check_addresses(
+                    instance.id,
+                    instance.role,
+                    item.node_manager_url,
+                    instance.endpoints,
+                    self.settings.registration,
+                )
             except AddressRefused as exc:
                 log.warning("not restoring %s from %s: %s", instance.id, self.store.where, exc)
                 continue

@@ -152,23 +152,23 @@ class ManagementApp:
         await send_json(send, 200, result.model_dump())
 
 
-UNAUTHORIZED_REFRESH = HttpError(
-    401,
+def _refresh_refused(message: str) -> HttpError:
+    return HttpError(
+        401,
+        message,
+        type_="authentication_error",
+        code="invalid_token",
+        headers=[(b"www-authenticate", b'Bearer realm="motor"')],
+    )
+
+
+UNAUTHORIZED_REFRESH = _refresh_refused(
     "missing or wrong bearer token: POST /instances/refresh needs `Authorization: Bearer <token>` with the "
-    "MOTOR_CONTROLLER_TOKEN this coordinator was started with (the controller sends its own; give both the same)",
-    type_="authentication_error",
-    code="invalid_token",
-    headers=[(b"www-authenticate", b'Bearer realm="motor"')],
+    "MOTOR_CONTROLLER_TOKEN this coordinator was started with (the controller sends its own; give both the same)"
 )
-
-
-NO_REFRESH_TOKEN = HttpError(
-    401,
+NO_REFRESH_TOKEN = _refresh_refused(
     "this coordinator was started without MOTOR_CONTROLLER_TOKEN, so it accepts no POST /instances/refresh: give "
-    "it the controller's token",
-    type_="authentication_error",
-    code="invalid_token",
-    headers=[(b"www-authenticate", b'Bearer realm="motor"')],
+    "it the controller's token"
 )
 
 

@@ -9,6 +9,7 @@ import pytest
 from motor.config import load_config
 from motor.controller.admission import AddressRefused, check_registration, node_manager_base_url
 from motor.deploy.plan import Plan, build_plan
+from motor.node_manager.service import announced
 from motor.node_manager.settings import node_settings
 from motor.protocol.controller import Registration
 from motor.protocol.specs import ControllerSpec, NodeManagerSpec, RegistrationPolicy, dump_spec, load_spec
@@ -33,18 +34,7 @@ def registrations(plan: Plan, tmp_path: Path) -> list[Registration]:
         path.write_text(dump_spec(component.spec))
         spec = load_spec(path, NodeManagerSpec, ENVIRON)
         credential = {spec.credential.env: "unused here"}
-        settings = node_settings(spec, {**ENVIRON, **credential})
-        found.append(
-            Registration(
-                instance_id=settings.instance_id,
-                role=settings.role,
-                engine_id=settings.instance_id,
-                model_name=settings.model_name,
-                node_manager_url=settings.url,
-                endpoints=[settings.endpoint],
-                engine_state="starting",
-            )
-        )
+        found.append(announced(node_settings(spec, {**ENVIRON, **credential}), "starting"))
     return found
 
 
