@@ -6,8 +6,8 @@ import time
 from motor.coordinator.asgi import Receive, Scope, Send, not_found, read_body, send_bytes, send_error
 from motor.coordinator.core import Core
 from motor.coordinator.dispatch.callbacks import CALLBACK_PATH_PREFIX
+from motor.coordinator.dispatch.failures import EngineRejected, LegFailure
 from motor.coordinator.dispatch.profiles import answer_prefill_callback
-from motor.coordinator.dispatch.request import EngineRejected, LegFailure
 from motor.coordinator.errors import HttpError, bad_request
 
 CALLBACK_BODY_LIMIT = 1 << 20
@@ -29,9 +29,9 @@ class CallbackApp:
             error.message = "unknown callback: the request it belonged to has ended or never existed"
             await send_error(send, error)
             return
-        d = slot.dispatch
+        d = slot.attempt.dispatch
         started = time.perf_counter()
-        waited_before = d.waited
+        mark = d.wait_mark()
         try:
             params = json.loads(await read_body(scope, receive, CALLBACK_BODY_LIMIT))
             if not isinstance(params, dict):
@@ -47,15 +47,11 @@ class CallbackApp:
             await send_error(send, bad_request("the callback body is not valid JSON"))
         except HttpError as error:
             await send_error(send, error)
+        except EngineRejected as rejected:
+            await send_bytes(send, rejected.status, rejected.body, content_type=rejected.content_type)
         except LegFailure as failure:
             await send_error(
                 send, HttpError(failure.status, failure.message, type_="upstream_error", code=failure.reason)
             )
-        except EngineRejected as rejected:
-            await send_bytes(send, rejected.status, rejected.body, content_type=rejected.content_type)
         finally:
-            # The prefill ran while the request's task waited on the decode leg: count its engine waits once
-            # (in that task) and the callback's own work as coordinator time.
-            callback_waits = d.waited - waited_before
-            d.waited = waited_before
-            d.extra_overhead += max(0.0, time.perf_counter() - started - callback_waits)
+            d.callback_served(mark, started)

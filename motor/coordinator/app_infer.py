@@ -18,7 +18,8 @@ from motor.coordinator.asgi import (
     send_json,
 )
 from motor.coordinator.core import Core
-from motor.coordinator.dispatch.request import Dispatch, EngineRejected, LegFailure, new_request_id
+from motor.coordinator.dispatch.failures import ABORTS, EngineRejected, LegFailure
+from motor.coordinator.dispatch.request import Dispatch, new_request_id
 from motor.coordinator.dispatch.retry import open_with_retries
 from motor.coordinator.errors import HttpError
 from motor.coordinator.health import health, version
@@ -30,7 +31,6 @@ log = logging.getLogger(__name__)
 
 API_BY_PATH: dict[str, Api] = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
 REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
-CLIENT_GONE = 499
 RETRY_AFTER = [(b"retry-after", b"1")]
 
 
@@ -137,9 +137,7 @@ class InferenceApp:
             metrics.request_done(api, status)
             metrics.observe_e2e(api, now - started)
             if dispatch is not None:
-                metrics.overhead_batch.observe(
-                    max(0.0, now - started - dispatch.waited + dispatch.extra_overhead)
-                )
+                metrics.overhead_batch.observe(dispatch.overhead(now - started))
 
     def _take_rate_token(self) -> None:
         core = self.core
@@ -162,14 +160,23 @@ class InferenceApp:
 
     async def _serve(self, d: Dispatch, receive: Receive, send: Send) -> int:
         core = self.core
-        d.task = asyncio.current_task()
+        d.attach(asyncio.current_task())  # type: ignore[arg-type]
         core.active.add(d)
         watcher = core.loop.create_task(receive())
-        watcher.add_done_callback(lambda _: d.expire("client disconnected"))
+        watcher.add_done_callback(d.client_gone)
         response_started = False
         try:
             try:
-                opened = await open_with_retries(d)
+                attempt = await open_with_retries(d)
+            except EngineRejected as rejected:
+                await send_bytes(
+                    send,
+                    rejected.status,
+                    rejected.body,
+                    content_type=rejected.content_type,
+                    headers=[(b"x-request-id", d.rid)],
+                )
+                return rejected.status
             except LegFailure as failure:
                 error = HttpError(
                     failure.status,
@@ -180,46 +187,34 @@ class InferenceApp:
                 )
                 await send_error(send, error, headers=[(b"x-request-id", d.rid)])
                 return failure.status
-            except EngineRejected as rejected:
-                await send_bytes(
-                    send,
-                    rejected.status,
-                    rejected.body,
-                    content_type=rejected.content_type,
-                    headers=[(b"x-request-id", d.rid)],
-                )
-                return rejected.status
             response_started = True
             if d.request.stream:
-                return await relay_stream(d, opened, send)
-            return await relay_full(d, opened, send)
+                return await relay_stream(attempt, send)
+            return await relay_full(attempt, send)
         except asyncio.CancelledError:
-            if d.abort_reason is None:
+            if d.abort_kind is None:
                 raise
             asyncio.current_task().uncancel()  # type: ignore[union-attr]
             return await self._aborted(d, send, response_started)
         finally:
-            d.finished = True
-            d.abandon("request ended")
+            d.close()
             core.active.discard(d)
             if not watcher.done():
                 watcher.cancel()
 
     async def _aborted(self, d: Dispatch, send: Send, response_started: bool) -> int:
-        reason = d.abort_reason
-        log.info("request %s ended early: %s", d.request_id, reason)
-        if reason == "infer_timeout":
+        kind = d.abort_kind
+        assert kind is not None
+        log.info("request %s ended early: %s", d.request_id, ABORTS[kind].label)
+        if kind == "infer_timeout":
             message = (
                 f"the request exceeded infer_timeout ({self.core.config.exception_config.infer_timeout:g} s)"
             )
             if not response_started:
                 await send_error(send, HttpError(504, message, type_="timeout", code="infer_timeout"))
                 return 504
-            if d.request.stream and not d.sending_since:
+            if d.request.stream and not d.send_pending:
                 await send(
                     {"type": "http.response.body", "body": error_events(message, "timeout", "infer_timeout")}
                 )
-            return 504
-        if reason == "write_timeout":
-            return 408
-        return CLIENT_GONE
+        return ABORTS[kind].status

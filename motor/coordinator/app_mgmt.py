@@ -38,7 +38,6 @@ class Control(Protocol):
     registry: InstanceRegistry
     profile: str
     required_roles: Sequence[str]
-    tracks_load: bool  # False with several workers: each holds its own load, the supervisor none
 
     def started(self) -> bool: ...
 
@@ -50,10 +49,20 @@ class Control(Protocol):
 
 
 class ManagementApp:
-    def __init__(self, control: Control, max_body_bytes: int, *, refresh_token: str | None = None) -> None:
+    def __init__(
+        self,
+        control: Control,
+        max_body_bytes: int,
+        *,
+        refresh_token: str | None = None,
+        endpoint_load: Callable[[], dict[str, dict[str, float]]] | None = None,
+    ) -> None:
         """`refresh_token`: the controller's token (MOTOR_CONTROLLER_TOKEN); only callers presenting it as
-        `Authorization: Bearer <token>` may change the instance set, and without one nobody may."""
+        `Authorization: Bearer <token>` may change the instance set, and without one nobody may.
+        `endpoint_load`: the scheduler's in-flight load per endpoint, where one process holds it (with several
+        workers each holds its own and the supervisor none)."""
         self.control = control
+        self._endpoint_load = endpoint_load
         self.max_body_bytes = max_body_bytes
         self._refresh_token = refresh_token.encode() if refresh_token else None
         self._routes: dict[tuple[str, str], Callable[[Scope, Receive, Send], Awaitable[None]]] = {
@@ -121,12 +130,8 @@ class ManagementApp:
             "version": registry.version,
             "instances": [i.model_dump() for i in registry.snapshot()],
         }
-        if self.control.tracks_load:
-            body["endpoint_load"] = {
-                target.key: {"in_flight": target.in_flight, "tokens": target.tokens, "kv_tokens": target.kv}
-                for role in ROLES
-                for target in registry.targets(role)
-            }
+        if self._endpoint_load is not None:
+            body["endpoint_load"] = self._endpoint_load()
         await send_json(send, 200, body)
 
     async def _refresh(self, scope: Scope, receive: Receive, send: Send) -> None:

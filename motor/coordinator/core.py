@@ -7,12 +7,14 @@ from typing import TYPE_CHECKING
 
 from motor.coordinator.auth import ApiKeyVerifier
 from motor.coordinator.dispatch.callbacks import CallbackRegistry
+from motor.coordinator.dispatch.observe import MetricsObserver
 from motor.coordinator.limits import InFlightLimit, SharedState, TokenBucket
 from motor.coordinator.metrics import CoordinatorMetrics
 from motor.coordinator.registry import InstanceRegistry
 from motor.coordinator.scheduling.scheduler import Scheduler
 from motor.coordinator.settings import CoordinatorSettings
 from motor.coordinator.upstream import UpstreamPool
+from motor.runtime.backoff import Backoff
 
 if TYPE_CHECKING:
     from motor.coordinator.dispatch.request import Dispatch
@@ -34,6 +36,10 @@ class Core:
         self.config = config
         self.profile = settings.profile
         self.metrics = metrics
+        self.observer = MetricsObserver(metrics)
+        exceptions = config.exception_config
+        # max_retry retries after the first attempt, retry_delay * 2**n before retry n + 1
+        self.retry_policy = Backoff(initial_s=exceptions.retry_delay, max_attempts=exceptions.max_retry + 1)
         self.registry = InstanceRegistry()
         scheduling = config.scheduler_config
         self.scheduler = Scheduler(
@@ -72,7 +78,7 @@ class Core:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
         for dispatch in list(self.active):
-            dispatch.expire("coordinator shutting down")
+            dispatch.expire("shutdown")
         self.pool.close()
 
     def models(self) -> frozenset[str]:
@@ -96,7 +102,6 @@ class Core:
             now = time.perf_counter()
             loop_now = self.loop.time()
             for dispatch in list(self.active):
-                if dispatch.sending_since and now - dispatch.sending_since > write_timeout:
-                    dispatch.expire("write_timeout")
-                elif loop_now > dispatch.deadline:
-                    dispatch.expire("infer_timeout")
+                kind = dispatch.expiry(now, loop_now, write_timeout)
+                if kind is not None:
+                    dispatch.expire(kind)

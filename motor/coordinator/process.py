@@ -29,7 +29,6 @@ class LocalControl:
         self.registry: InstanceRegistry = core.registry
         self.profile = core.profile.value
         self.required_roles = required_roles
-        self.tracks_load = True
         self._prometheus = prometheus
         self.servers: list[tuple[EmbeddedServer, object]] = []
 
@@ -74,7 +73,10 @@ async def run_single_process(settings: CoordinatorSettings, stop: asyncio.Event)
         (
             make_server(
                 ManagementApp(
-                    control, config.request_limit.max_body_bytes, refresh_token=settings.controller_token
+                    control,
+                    config.request_limit.max_body_bytes,
+                    refresh_token=settings.controller_token,
+                    endpoint_load=core.scheduler.endpoint_load,
                 ),
                 keep_alive_timeout=keep_alive,
                 log_level=level,

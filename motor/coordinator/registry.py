@@ -1,7 +1,8 @@
 """The registered instance set: the only place upstream addresses come from.
 
-Each endpoint of an active instance becomes a `Target`. Targets keep their identity (and so their load
-accounting) across refresh events as long as the instance id and address stay the same.
+Each endpoint of a registered instance becomes a `Target`: an address, nothing that changes per request (the
+scheduler keeps the load). Targets keep their identity across refresh events as long as the instance id,
+address, role and engine id stay the same; `routable` follows the instance's status.
 """
 
 from collections import Counter
@@ -16,7 +17,7 @@ ROUTABLE_STATUS = "active"
 
 @dataclass(eq=False, slots=True)
 class Target:
-    """One routable engine endpoint and its in-flight load (in tokens)."""
+    """One engine endpoint."""
 
     key: str
     instance_id: str
@@ -26,23 +27,15 @@ class Target:
     host: str
     port: int
     bootstrap_port: int | None
-    tokens: float = 0.0
-    kv: float = 0.0
-    in_flight: int = 0
-    heap_index: int = -1
-    last_pick: int = 0
+    routable: bool = True
     host_header: bytes = field(default=b"", repr=False)
 
     def __post_init__(self) -> None:
         self.host_header = f"{self.host}:{self.port}".encode()
 
-    @property
-    def load(self) -> float:
-        return self.tokens + self.kv
-
 
 TargetsByRole = dict[InstanceRole, list[Target]]
-Listener = Callable[[TargetsByRole], None]
+Listener = Callable[[list[Target]], None]
 
 
 class InstanceRegistry:
@@ -55,7 +48,7 @@ class InstanceRegistry:
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
-        listener(self._by_role)
+        listener(list(self._targets.values()))
 
     def apply(self, event: InstanceEvent) -> RefreshResult:
         if event.event == "set":
@@ -74,6 +67,7 @@ class InstanceRegistry:
         return bool(self._by_role[role])
 
     def targets(self, role: InstanceRole) -> list[Target]:
+        """The role's routable endpoints."""
         return self._by_role[role]
 
     def models(self) -> list[str]:
@@ -89,8 +83,7 @@ class InstanceRegistry:
         targets: dict[str, Target] = {}
         by_role: TargetsByRole = {role: [] for role in ROLES}
         for instance in self.instances.values():
-            if instance.status != ROUTABLE_STATUS:
-                continue
+            routable = instance.status == ROUTABLE_STATUS
             for endpoint in instance.endpoints:
                 key = f"{instance.id}@{endpoint.host}:{endpoint.port}"
                 target = self._targets.get(key)
@@ -104,13 +97,17 @@ class InstanceRegistry:
                         host=endpoint.host,
                         port=endpoint.port,
                         bootstrap_port=endpoint.bootstrap_port,
+                        routable=routable,
                     )
                 else:
                     target.bootstrap_port = endpoint.bootstrap_port
                     target.model_name = instance.model_name
+                    target.routable = routable
                 targets[key] = target
-                by_role[instance.role].append(target)
+                if routable:
+                    by_role[instance.role].append(target)
         self._targets = targets
         self._by_role = by_role
+        everything = list(targets.values())
         for listener in self._listeners:
-            listener(by_role)
+            listener(everything)

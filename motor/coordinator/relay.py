@@ -1,106 +1,117 @@
 """Sending the client-facing leg to the client: one normal OpenAI response or stream.
 
-Streams are relayed event by event as the engine produces them. After the first byte reached the client a
-failure can no longer be retried; the stream then ends with an explicit error event and `data: [DONE]`.
+Streams are relayed event by event as the engine produces them. The attempt is STREAMING by then, so a failure
+can no longer be retried; the stream ends with an explicit error event (the failure table's `stream_code`)
+and `data: [DONE]`.
 """
 
 import json
 import time
 
 from motor.coordinator.asgi import JSON, Send
-from motor.coordinator.dispatch.profiles import prefill_cached_tokens
-from motor.coordinator.dispatch.request import Dispatch, LegFailure, Opened
+from motor.coordinator.dispatch.attempt import Attempt
+from motor.coordinator.dispatch.failures import LegFailure
 from motor.coordinator.sse import USAGE_MARK, error_events, rewrite_usage_events, set_cached_tokens
 from motor.coordinator.upstream import UpstreamError
 
 STREAM_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
 
-async def _send(d: Dispatch, send: Send, message: dict) -> None:
-    d.sending_since = time.perf_counter()
-    await send(message)
-    d.sending_since = 0.0
-
-
-async def relay_full(d: Dispatch, opened: Opened, send: Send) -> int:
-    body = opened.first
-    if d.pd:
-        body = _merge_usage(body, await prefill_cached_tokens(d))
-    d.finish_leg(opened.connection)
-    d.finished = True
+async def relay_full(attempt: Attempt, send: Send) -> int:
+    d = attempt.dispatch
+    leg = attempt.client
+    assert leg is not None
+    body = leg.first
+    if attempt.pd:
+        body = _merge_usage(body, await attempt.prefill_cached_tokens())
+    attempt.finish()
     headers = [(b"content-type", JSON), (b"content-length", b"%d" % len(body)), (b"x-request-id", d.rid)]
-    await _send(d, send, {"type": "http.response.start", "status": 200, "headers": headers})
-    await _send(d, send, {"type": "http.response.body", "body": body})
-    _observe_leg_end(d, opened)
+    d.sending(time.perf_counter())
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+    d.sent()
     return 200
 
 
-async def relay_stream(d: Dispatch, opened: Opened, send: Send) -> int:
+async def relay_stream(attempt: Attempt, send: Send) -> int:
+    d = attempt.dispatch
+    leg = attempt.client
+    assert leg is not None and leg.splitter is not None and leg.connection is not None
     metrics = d.core.metrics
     headers = [*STREAM_HEADERS, (b"x-request-id", d.rid)]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await _send(
-        d, send, {"type": "http.response.body", "body": await _events(d, opened.first), "more_body": True}
-    )
+    first = await _events(attempt, leg.first)
+    d.sending(time.perf_counter())
+    await send({"type": "http.response.body", "body": first, "more_body": True})
+    d.sent()
     last = time.perf_counter()
     metrics.ttft_batch.observe(last - d.arrival)
-    splitter = opened.splitter
-    assert splitter is not None
-    connection, target = opened.connection, opened.target
+    splitter, connection, target = leg.splitter, leg.connection, leg.target
     itl = metrics.itl_batch
     read_timeout = d.core.config.timeout_config.read_timeout
     deadline = d.deadline
-    rewrite_usage = d.pd
+    rewrite_usage = attempt.pd
+    sending, sent = d.sending, d.sent
     tail = b""
+    waited = 0.0
     # The per-event path: kept flat (no helper coroutines) because it runs once per token of every stream.
-    while True:
-        started = time.perf_counter()
-        try:
-            chunk = await connection.next_chunk(deadline, read_timeout)
-        except UpstreamError as exc:
-            tail = _stream_failure(d, d.failure(target, exc))
-            break
-        now = time.perf_counter()
-        d.waited += now - started
-        if chunk is None:
-            if not splitter.done:
-                tail = error_events(
-                    f"{target.role} instance {target.instance_id} ended the stream without [DONE]",
-                    "upstream_error",
-                    "incomplete_stream",
-                )
-            break
-        events = splitter.feed(chunk)
-        if not events:
-            continue
-        if rewrite_usage and USAGE_MARK in events:
-            events = await _events(d, events)
-        d.sending_since = now
-        await send({"type": "http.response.body", "body": events, "more_body": True})
-        d.sending_since = 0.0
-        count = events.count(b"data: {")
-        if count:
-            itl.observe((now - last) / count, count)
-            last = now
-    if connection.complete:
-        d.finish_leg(connection)
-    d.finished = True
+    try:
+        while True:
+            started = time.perf_counter()
+            try:
+                chunk = await connection.next_chunk(deadline, read_timeout)
+            except UpstreamError as exc:
+                tail = _stream_failure(attempt, leg.upstream_failed(exc))
+                break
+            now = time.perf_counter()
+            waited += now - started
+            if chunk is None:
+                if not splitter.done:
+                    tail = _stream_failure(
+                        attempt,
+                        leg.failed(
+                            "incomplete_stream",
+                            f"{target.role} instance {target.instance_id} ended the stream without [DONE]",
+                        ),
+                    )
+                break
+            events = splitter.feed(chunk)
+            if not events:
+                continue
+            if rewrite_usage and USAGE_MARK in events:
+                events = await _events(attempt, events)
+            sending(now)
+            await send({"type": "http.response.body", "body": events, "more_body": True})
+            sent()
+            count = events.count(b"data: {")
+            if count:
+                itl.observe((now - last) / count, count)
+                last = now
+    finally:
+        d.add_wait(waited)
+    if not tail:
+        attempt.finish()
     await send({"type": "http.response.body", "body": tail, "more_body": False})
-    _observe_leg_end(d, opened)
     return 200
 
 
-def _stream_failure(d: Dispatch, failure: LegFailure) -> bytes:
+def _stream_failure(attempt: Attempt, failure: LegFailure) -> bytes:
+    """End the attempt with `failure` and the SSE error events that tell the client."""
+    attempt.stream_failed(failure)
+    if failure.kind == "incomplete_stream":
+        return error_events(failure.message, failure.error_type, failure.rule.stream_code)
+    d = attempt.dispatch
     if d.loop.time() >= d.deadline:
         message = f"the request exceeded infer_timeout ({d.core.config.exception_config.infer_timeout:g} s)"
         return error_events(message, "timeout", "infer_timeout")
-    code = "read_timeout" if failure.reason == "timeout" else "upstream_failed"
-    return error_events(f"the stream broke after it started: {failure.message}", "upstream_error", code)
+    return error_events(
+        f"the stream broke after it started: {failure.message}", failure.error_type, failure.rule.stream_code
+    )
 
 
-async def _events(d: Dispatch, events: bytes) -> bytes:
-    if d.pd and USAGE_MARK in events:
-        cached = await prefill_cached_tokens(d)
+async def _events(attempt: Attempt, events: bytes) -> bytes:
+    if attempt.pd and USAGE_MARK in events:
+        cached = await attempt.prefill_cached_tokens()
         if cached is not None:
             return rewrite_usage_events(events, cached)
     return events
@@ -117,11 +128,3 @@ def _merge_usage(body: bytes, cached_tokens: int | None) -> bytes:
     if cached_tokens is not None:
         set_cached_tokens(response, cached_tokens)
     return json.dumps(response).encode()
-
-
-def _observe_leg_end(d: Dispatch, opened: Opened) -> None:
-    now = time.perf_counter()
-    if d.pd:
-        d.core.metrics.observe_leg("decode", now - opened.opened_at)
-    else:
-        d.core.metrics.observe_leg("aggregated", now - d.leg_started)

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from motor.coordinator.errors import HttpError, bad_request
+from motor.coordinator.scheduling.demand import Demand
 from motor.coordinator.scheduling.prefix import CHARS_PER_TOKEN
-from motor.coordinator.scheduling.scheduler import Demand
 
 Api = Literal["chat", "completions"]
 API_PATHS: dict[Api, bytes] = {"chat": b"/v1/chat/completions", "completions": b"/v1/completions"}

@@ -90,7 +90,6 @@ class Supervisor:
         self.settings = settings
         self.profile = settings.profile.value
         self.required_roles = settings.required_roles
-        self.tracks_load = False
         self.registry = InstanceRegistry()
         self._spec_path = settings.spec_path
         self._prometheus_dir = run_dir / f"coordinator-{settings.mgmt_port}-metrics"

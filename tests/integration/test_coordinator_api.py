@@ -23,6 +23,7 @@ from tests.fixtures.coordinator import (
     StartCoordinator,
     coordinator_metric,
     sim_instance,
+    wait_coordinator_idle,
     wait_engine_idle,
 )
 from tests.fixtures.sim import SimEngine, StartSimEngine, start_sim_engine
@@ -136,6 +137,8 @@ async def test_body_size_and_in_flight_limits(coordinators: StartCoordinator, un
         finally:
             for stream in streams:
                 await stream.__aexit__(None, None, None)
+        # A closed client stream frees its slot once the coordinator notices the disconnect, not at once.
+        await wait_coordinator_idle(coordinator)
         assert (await http.post("/v1/completions", json=completion())).status_code == 200
     wait_engine_idle(union)
 

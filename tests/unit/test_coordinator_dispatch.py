@@ -2,14 +2,13 @@
 
 import pytest
 
+from motor.coordinator.dispatch.failures import LegFailure
 from motor.coordinator.dispatch.profiles import (
     AGGREGATED_ON_PREFILL,
     AGGREGATED_ON_UNION,
     PD_FLOWS,
     choose_flow,
-    required_roles,
 )
-from motor.coordinator.dispatch.request import LegFailure
 from motor.coordinator.registry import InstanceRegistry
 from motor.kv.connectors import DispatchProfile
 from motor.protocol.instances import Endpoint, Instance, InstanceEvent
@@ -67,9 +66,3 @@ def test_inactive_instances_do_not_count() -> None:
     decode = reg.instances["decode-1"].model_copy(update={"status": "inactive"})
     reg.apply(InstanceEvent(event="add", instances=[decode]))
     assert choose_flow(DispatchProfile.CONCURRENT, reg) is AGGREGATED_ON_PREFILL
-
-
-def test_required_roles() -> None:
-    assert required_roles(DispatchProfile.PREFILL_FIRST, {"prefill", "decode"}) == ["prefill", "decode"]
-    assert required_roles(DispatchProfile.AGGREGATED, {"union"}) == ["union"]
-    assert required_roles(DispatchProfile.AGGREGATED, {"prefill", "decode"}) == ["prefill"]

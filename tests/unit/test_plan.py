@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from motor.config import Topology, load_config, load_documents
-from motor.deploy.plan import POD_IP_REF, Plan, build_plan, service_host
+from motor.deploy.plan import POD_IP_REF, Plan, build_plan, required_roles, service_host
+from motor.kv.connectors import DispatchProfile
 from motor.protocol.specs import (
     HOST_PLACEHOLDER,
     ControllerSpec,
@@ -225,3 +226,9 @@ def test_union_instances_follow_the_aggregated_role() -> None:
     coordinator = plan.component("coordinator").spec
     assert isinstance(coordinator, CoordinatorSpec)
     assert (coordinator.profile.value, coordinator.required_roles) == ("aggregated", ["union"])
+
+
+def test_required_roles() -> None:
+    assert required_roles(DispatchProfile.PREFILL_FIRST, {"prefill", "decode"}) == ["prefill", "decode"]
+    assert required_roles(DispatchProfile.AGGREGATED, {"union"}) == ["union"]
+    assert required_roles(DispatchProfile.AGGREGATED, {"prefill", "decode"}) == ["prefill"]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from motor.coordinator.dispatch.request import Dispatch, LegFailure
+    from motor.coordinator.dispatch.attempt import Attempt
 
 CALLBACK_PATH_PREFIX = "/v1/metaserver/"
 
@@ -18,9 +18,7 @@ CALLBACK_PATH_PREFIX = "/v1/metaserver/"
 class CallbackSlot:
     token: str
     url: str
-    dispatch: "Dispatch"
-    first_token_deadline: float
-    failure: "LegFailure | None" = None
+    attempt: "Attempt"
 
 
 class CallbackRegistry:
@@ -28,13 +26,11 @@ class CallbackRegistry:
         self.base_url = ""
         self._slots: dict[str, CallbackSlot] = {}
 
-    def open(self, dispatch: "Dispatch", first_token_deadline: float) -> CallbackSlot:
+    def open(self, attempt: "Attempt") -> CallbackSlot:
         if not self.base_url:
             raise RuntimeError("the callback listener is not running; decode_first dispatch needs it")
         token = secrets.token_urlsafe(18)
-        slot = CallbackSlot(
-            token, f"{self.base_url}{CALLBACK_PATH_PREFIX}{token}", dispatch, first_token_deadline
-        )
+        slot = CallbackSlot(token, f"{self.base_url}{CALLBACK_PATH_PREFIX}{token}", attempt)
         self._slots[token] = slot
         return slot
 

@@ -1,80 +1,67 @@
-"""The four dispatch profiles of docs/kv_transfer_params.md, one attempt each, plus the per-request choice."""
+"""The four dispatch profiles of docs/kv_transfer_params.md as flows over one attempt, and the per-attempt
+choice of flow (the P/D profile handler: which legs a request needs, before the scheduler places each)."""
 
 import asyncio
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
+from motor.coordinator.dispatch.attempt import Attempt, Leg, PrefillResult
 from motor.coordinator.dispatch.callbacks import CallbackSlot
-from motor.coordinator.dispatch.request import Dispatch, LegFailure, Opened, PrefillResult, no_instance
+from motor.coordinator.dispatch.failures import LegFailure, no_instance
 from motor.coordinator.registry import InstanceRegistry, Target
 from motor.coordinator.shaping import decode_body
 from motor.kv.connectors import DispatchProfile
 
-Flow = Callable[[Dispatch], Awaitable[Opened]]
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    name: str
+    pd: bool
+    run: Callable[[Attempt], Awaitable[None]]
 
 
-def _allocate_decode(d: Dispatch, target: Target) -> None:
-    demand = d.request.demand
-    d.allocate(target, demand.max_new_tokens, demand.prompt_tokens + demand.max_new_tokens)
+def _decode_leg(a: Attempt, target: Target) -> Leg:
+    demand = a.dispatch.request.demand
+    return a.client_leg(target, demand.max_new_tokens, demand.prompt_tokens + demand.max_new_tokens)
 
 
-async def prefill_first(d: Dispatch) -> Opened:
-    d.pd = True
-    first_deadline = d.first_token_deadline()
-    prefill_target = d.pick("prefill")
-    result = await d.prefill(
-        prefill_target,
-        {"do_remote_decode": True, "do_remote_prefill": False},
-        d.prefill_deadline(first_deadline),
-    )
-    d.cached_tokens = result.cached_tokens
-    decode_target = d.pick("decode")
-    _allocate_decode(d, decode_target)
-    body = decode_body(d.request.body, result.kv_transfer_params)
-    return await d.open_client_leg(decode_target, body, first_deadline)
+async def _prefill_first(a: Attempt) -> None:
+    prefill = a.prefill_leg(a.pick("prefill"))
+    result = await a.run_prefill(prefill, {"do_remote_decode": True, "do_remote_prefill": False})
+    decode = _decode_leg(a, a.pick("decode"))
+    await a.open_client_leg(decode, decode_body(a.dispatch.request.body, result.kv_transfer_params))
 
 
-async def decode_first(d: Dispatch) -> Opened:
-    d.pd = True
-    first_deadline = d.first_token_deadline()
-    decode_target = d.pick("decode")
-    _allocate_decode(d, decode_target)
-    slot = d.core.callbacks.open(d, first_deadline)
+async def _decode_first(a: Attempt) -> None:
+    decode = _decode_leg(a, a.pick("decode"))
+    callbacks = a.dispatch.core.callbacks
+    slot = callbacks.open(a)
     try:
         params = {"do_remote_decode": False, "do_remote_prefill": True, "metaserver": slot.url}
-        return await d.open_client_leg(decode_target, decode_body(d.request.body, params), first_deadline)
-    except LegFailure:
-        if slot.failure is not None:
-            raise slot.failure from None
-        raise
+        await a.open_client_leg(decode, decode_body(a.dispatch.request.body, params))
     finally:
-        d.core.callbacks.close(slot)
+        callbacks.close(slot)
 
 
 async def answer_prefill_callback(slot: CallbackSlot, params: dict[str, Any]) -> PrefillResult:
     """Run the prefill leg a decode engine asked for. On failure the decode leg is closed at once, and the
     attempt fails with the prefill's error (so the retry avoids the prefill instance, not the decode)."""
-    d = slot.dispatch
+    a = slot.attempt
     try:
-        target = d.pick("prefill")
-        result = await d.prefill(target, params, d.prefill_deadline(slot.first_token_deadline))
+        prefill = a.prefill_leg(a.pick("prefill"))
+        return await a.run_prefill(prefill, params)
     except LegFailure as failure:
-        slot.failure = failure
-        for connection in list(d.legs):
-            connection.abort()
+        a.prefill_failed(failure)
         raise
-    d.cached_tokens = result.cached_tokens
-    return result
 
 
-async def concurrent(d: Dispatch) -> Opened:
-    d.pd = True
-    first_deadline = d.first_token_deadline()
-    prefill_target = d.pick("prefill")
-    decode_target = d.pick("decode")
-    _allocate_decode(d, decode_target)
+async def _concurrent(a: Attempt) -> None:
+    prefill_target = a.pick("prefill")
+    decode = _decode_leg(a, a.pick("decode"))
+    prefill = a.prefill_leg(prefill_target)
     room = secrets.randbits(63)
     transfer_id = str(room)
     bootstrap: dict[str, Any] = {"bootstrap_host": prefill_target.host, "bootstrap_room": room}
@@ -92,74 +79,46 @@ async def concurrent(d: Dispatch) -> Opened:
         decode_params["remote_bootstrap_addr"] = (
             f"http://{prefill_target.host}:{prefill_target.bootstrap_port}"
         )
-    prefill_task = asyncio.ensure_future(
-        d.prefill(prefill_target, prefill_params, d.prefill_deadline(first_deadline), **bootstrap)
-    )
-    prefill_task.add_done_callback(_consume_outcome)
-    d.companion = prefill_task
+    a.prefill_in_background(prefill, prefill_params, **bootstrap)
+    prefill_task = prefill.task
+    assert prefill_task is not None
     decode_task = asyncio.ensure_future(
-        d.open_client_leg(
-            decode_target, decode_body(d.request.body, decode_params, **bootstrap), first_deadline
-        )
+        a.open_client_leg(decode, decode_body(a.dispatch.request.body, decode_params, **bootstrap))
     )
-    waited_before = d.waited
+    dispatch = a.dispatch
+    mark = dispatch.wait_mark()
     section_start = time.perf_counter()
     try:
         await asyncio.wait((prefill_task, decode_task), return_when=asyncio.FIRST_COMPLETED)
         if prefill_task.done() and prefill_task.exception() is not None:
             raise prefill_task.exception()  # type: ignore[misc]
-        opened = await decode_task
+        await decode_task
     except BaseException:
         for task in (prefill_task, decode_task):
             task.cancel()
         await asyncio.gather(prefill_task, decode_task, return_exceptions=True)
         raise
     finally:
-        # Both legs waited at once: count the section's wall time once, not each leg's waits.
-        d.waited = waited_before + (time.perf_counter() - section_start)
-    if prefill_task.done():
-        d.cached_tokens = prefill_task.result().cached_tokens
-    return opened
+        dispatch.parallel_waits(mark, time.perf_counter() - section_start)
 
 
-async def prefill_cached_tokens(d: Dispatch) -> int | None:
-    """The prefill's cached-token count, waiting (within the prefill's own deadline) if it still runs."""
-    companion = d.companion
-    if d.cached_tokens is None and companion is not None:
-        try:
-            d.cached_tokens = (await asyncio.shield(companion)).cached_tokens
-        except asyncio.CancelledError:
-            if companion.cancelled():
-                return None
-            raise
-        except Exception:
-            return None
-    return d.cached_tokens
-
-
-def _consume_outcome(task: "asyncio.Task[PrefillResult]") -> None:
-    if not task.cancelled():
-        task.exception()
-
-
-def aggregated_on(role: str) -> Flow:
-    async def aggregated(d: Dispatch) -> Opened:
-        target = d.pick(role)
-        demand = d.request.demand
+def _aggregated_on(role: str) -> Flow:
+    async def aggregated(a: Attempt) -> None:
+        demand = a.dispatch.request.demand
         total = demand.prompt_tokens + demand.max_new_tokens
-        d.allocate(target, total, total)
-        return await d.open_client_leg(target, d.request.raw, d.first_token_deadline())
+        leg = a.client_leg(a.pick(role), total, total)
+        await a.open_client_leg(leg, a.dispatch.request.raw)
 
-    return aggregated
+    return Flow(f"aggregated on {role}", False, aggregated)
 
 
 PD_FLOWS: dict[DispatchProfile, Flow] = {
-    DispatchProfile.PREFILL_FIRST: prefill_first,
-    DispatchProfile.DECODE_FIRST: decode_first,
-    DispatchProfile.CONCURRENT: concurrent,
+    DispatchProfile.PREFILL_FIRST: Flow("prefill_first", True, _prefill_first),
+    DispatchProfile.DECODE_FIRST: Flow("decode_first", True, _decode_first),
+    DispatchProfile.CONCURRENT: Flow("concurrent", True, _concurrent),
 }
-AGGREGATED_ON_UNION = aggregated_on("union")
-AGGREGATED_ON_PREFILL = aggregated_on("prefill")
+AGGREGATED_ON_UNION = _aggregated_on("union")
+AGGREGATED_ON_PREFILL = _aggregated_on("prefill")
 
 
 def choose_flow(profile: DispatchProfile, registry: InstanceRegistry) -> Flow:
@@ -186,10 +145,3 @@ def choose_flow(profile: DispatchProfile, registry: InstanceRegistry) -> Flow:
         "no engine instance is registered with the coordinator yet; wait for the controller to register "
         "instances (see GET /readiness on the management port)",
     )
-
-
-def required_roles(profile: DispatchProfile, configured_roles: set[str]) -> list[str]:
-    """The roles whose presence makes the coordinator ready for its profile."""
-    if profile != DispatchProfile.AGGREGATED:
-        return ["prefill", "decode"]
-    return ["union"] if "union" in configured_roles or not configured_roles else ["prefill"]

@@ -1,87 +1,73 @@
-"""Filter → score → pick, kept incremental so one decision costs O(log n) in the number of endpoints.
+"""Which registered endpoint serves a leg: per role, a profile of filters → scorers → picker
+(`profiles.py`), compiled to the cheapest exact decider (`compiled.py`; the indexed heap for the load-based
+policies, O(log n) per decision), over the scheduler's own per-endpoint load (`load.py`).
 
-- filter: the role's pool holds only routable endpoints of active instances (rebuilt on refresh, not per
-  request); endpoints that already failed this request are skipped while walking the order.
-- score: `load_balance` and `prefix_affinity` order a pool by in-flight tokens + held KV tokens in an indexed
-  heap updated on every allocation and release; `round_robin` orders by a rotating cursor.
-- pick: the head of that order; `prefix_affinity` first tries the endpoint that most recently served the
-  longest known prefix of the prompt and keeps it only while its load stays within
-  `affinity_max_load_ratio` of the least loaded endpoint (counting the request itself on both sides).
+Load is allocated per leg and released in parts (`Allocation`): the tokens still to compute when the engine
+has computed them, the KV tokens held when the next leg took them over, everything at the end.
 """
 
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Iterable
 
-from motor.coordinator.registry import ROLES, Target, TargetsByRole
-from motor.coordinator.scheduling.heap import LoadHeap
-from motor.coordinator.scheduling.prefix import PrefixIndex, text_block_hashes, token_block_hashes
+from motor.coordinator.registry import ROLES, Target
+from motor.coordinator.scheduling.compiled import Decider, compile_profile
+from motor.coordinator.scheduling.demand import Demand
+from motor.coordinator.scheduling.load import EndpointLoad, Pool
+from motor.coordinator.scheduling.plugins import Exclusions, PickObserver
+from motor.coordinator.scheduling.prefix import PrefixIndex
+from motor.coordinator.scheduling.profiles import PolicyName, PolicyOptions, SchedulingProfile, build_profile
 from motor.protocol.instances import InstanceRole
-
-PolicyName = Literal["round_robin", "load_balance", "prefix_affinity"]
-AFFINITY_ROLES = ("prefill", "union")
-
-
-@dataclass(slots=True)
-class Demand:
-    """What a request costs, estimated without a tokenizer (see `motor.coordinator.requests`)."""
-
-    prompt_tokens: int
-    max_new_tokens: int
-    prompt_text: str = ""
-    prompt_token_ids: list[int] | None = None
-    _hashes: list[int] | None = field(default=None, repr=False)
-
-    def block_hashes(self, block_size: int) -> list[int]:
-        if self._hashes is None:
-            if self.prompt_token_ids is not None:
-                self._hashes = token_block_hashes(self.prompt_token_ids, block_size)
-            else:
-                self._hashes = text_block_hashes(self.prompt_text, block_size)
-        return self._hashes
-
-
-class _Pool:
-    def __init__(self, targets: list[Target], ordered: bool) -> None:
-        self.targets = targets
-        self.by_key = {t.key: t for t in targets}
-        self.heap = LoadHeap(targets) if ordered else None
-        self.cursor = 0
 
 
 class Allocation:
     """Load a leg puts on one endpoint; released in parts (tokens when computed, KV when handed over)."""
 
-    __slots__ = ("_scheduler", "kv", "target", "tokens")
+    __slots__ = ("_scheduler", "endpoint", "kv", "tokens")
 
-    def __init__(self, scheduler: "Scheduler", target: Target, tokens: float, kv: float) -> None:
-        self._scheduler = scheduler
-        self.target = target
+    def __init__(self, scheduler: "Scheduler", endpoint: EndpointLoad, tokens: float, kv: float) -> None:
+        self._scheduler: Scheduler | None = scheduler
+        self.endpoint = endpoint
         self.tokens = tokens
         self.kv = kv
-        target.in_flight += 1
+        endpoint.tokens += tokens
+        endpoint.kv += kv
+        endpoint.in_flight += 1
 
     def release_tokens(self) -> None:
-        if self.tokens:
-            self.target.tokens -= self.tokens
+        if self.tokens and self._scheduler is not None:
+            self.endpoint.tokens -= self.tokens
             self.tokens = 0
-            self._scheduler.reposition(self.target)
+            self._scheduler.reposition(self.endpoint)
 
     def release_kv(self) -> None:
-        if self.kv:
-            self.target.kv -= self.kv
+        if self.kv and self._scheduler is not None:
+            self.endpoint.kv -= self.kv
             self.kv = 0
-            self._scheduler.reposition(self.target)
+            self._scheduler.reposition(self.endpoint)
 
     def release(self) -> None:
-        if self._scheduler is None:
+        scheduler = self._scheduler
+        if scheduler is None:
             return
-        target = self.target
-        target.tokens -= self.tokens
-        target.kv -= self.kv
-        target.in_flight -= 1
+        endpoint = self.endpoint
+        endpoint.tokens -= self.tokens
+        endpoint.kv -= self.kv
+        endpoint.in_flight -= 1
         self.tokens = self.kv = 0
-        self._scheduler.reposition(target)
-        self._scheduler = None  # type: ignore[assignment]
+        self._scheduler = None
+        scheduler.reposition(endpoint)
+
+
+class _RolePool:
+    __slots__ = ("decider", "heap", "hooks", "pool", "profile")
+
+    def __init__(self, profile: SchedulingProfile, endpoints: list[EndpointLoad]) -> None:
+        self.profile = profile
+        self.pool = Pool(endpoints)
+        self.decider: Decider = compile_profile(profile, self.pool)
+        self.heap = self.decider.heap
+        self.hooks: tuple[PickObserver, ...] = tuple(
+            scorer for scorer, _ in profile.scorers if isinstance(scorer, PickObserver)
+        )
 
 
 class Scheduler:
@@ -94,89 +80,78 @@ class Scheduler:
         prefix_index: PrefixIndex | None = None,
     ) -> None:
         self.policy = policy
-        self.affinity_block_size = affinity_block_size
-        self.affinity_max_load_ratio = affinity_max_load_ratio
-        self.prefix_index = prefix_index or PrefixIndex()
-        self._pools: dict[InstanceRole, _Pool] = {role: _Pool([], self._ordered) for role in ROLES}
+        self.options = PolicyOptions(
+            affinity_block_size, affinity_max_load_ratio, prefix_index or PrefixIndex()
+        )
+        self._loads: dict[Target, EndpointLoad] = {}
+        self._pools: dict[InstanceRole, _RolePool] = {
+            role: _RolePool(build_profile(policy, role, self.options), []) for role in ROLES
+        }
         self._picks = 0
 
     @property
-    def _ordered(self) -> bool:
-        return self.policy != "round_robin"
+    def prefix_index(self) -> PrefixIndex:
+        return self.options.prefix_index
 
-    def set_targets(self, by_role: TargetsByRole) -> None:
-        for target in (t for pool in self._pools.values() for t in pool.targets):
-            target.heap_index = -1
-        self._pools = {role: _Pool(list(by_role.get(role, [])), self._ordered) for role in ROLES}
+    def decider(self, role: InstanceRole) -> Decider:
+        """The role's profile as compiled for its current pool."""
+        return self._pools[role].decider
+
+    def set_targets(self, targets: Iterable[Target]) -> None:
+        """The registry's endpoints changed: rebuild each role's pool through its profile's pool filters.
+        Endpoints that stay keep their load; allocations on endpoints that left are released harmlessly."""
+        targets = list(targets)
+        loads = {target: self._loads.get(target) or EndpointLoad(target) for target in targets}
+        for endpoint in self._loads.values():
+            endpoint.heap_index = -1
+        self._loads = loads
+        pools = {}
+        for role in ROLES:
+            profile = build_profile(self.policy, role, self.options)
+            members = [
+                loads[target] for target in targets if all(f.keep(target) for f in profile.pool_filters)
+            ]
+            pools[role] = _RolePool(profile, members)
+        self._pools = pools
 
     def heap_steps(self, role: InstanceRole) -> int:
         heap = self._pools[role].heap
         return heap.steps if heap is not None else 0
 
-    def pick(
-        self, role: InstanceRole, demand: Demand, exclude: set[str] | frozenset[str] = frozenset()
-    ) -> Target | None:
+    def pick(self, role: InstanceRole, demand: Demand, exclude: Exclusions = frozenset()) -> Target | None:
         pool = self._pools[role]
-        if not pool.targets:
-            return None
-        if pool.heap is None:
-            chosen = self._round_robin(pool, exclude)
-        else:
-            chosen = pool.heap.smallest_excluding(exclude)
-            if chosen is not None and self.policy == "prefix_affinity" and role in AFFINITY_ROLES:
-                chosen = self._affinity(pool, demand, exclude, chosen)
+        chosen = pool.decider.decide(demand, exclude)
         if chosen is None:
             return None
         self._picks += 1
         chosen.last_pick = self._picks
         if pool.heap is not None:
             pool.heap.update(chosen)
-        return chosen
+        for scorer in pool.hooks:
+            scorer.picked(chosen, demand)
+        return chosen.target
 
     def allocate(self, target: Target, tokens: float, kv: float) -> Allocation:
-        target.tokens += tokens
-        target.kv += kv
-        allocation = Allocation(self, target, tokens, kv)
-        self.reposition(target)
+        endpoint = self._loads.get(target)
+        if endpoint is None:  # the instance left between pick and allocate: count it on a detached record
+            endpoint = EndpointLoad(target)
+        allocation = Allocation(self, endpoint, tokens, kv)
+        self.reposition(endpoint)
         return allocation
 
-    def reposition(self, target: Target) -> None:
-        heap = self._pools[target.role].heap
+    def reposition(self, endpoint: EndpointLoad) -> None:
+        heap = self._pools[endpoint.role].heap
         if heap is not None:
-            heap.update(target)
+            heap.update(endpoint)
 
-    def _round_robin(self, pool: _Pool, exclude: set[str] | frozenset[str]) -> Target | None:
-        targets = pool.targets
-        n = len(targets)
-        for offset in range(min(n, len(exclude) + 1)):
-            target = targets[(pool.cursor + offset) % n]
-            if target.instance_id not in exclude:
-                pool.cursor = (pool.cursor + offset + 1) % n
-                return target
-        # More exclusions than the walk covered: fall back to a full pass (bounded by the exclusions).
-        for target in targets:
-            if target.instance_id not in exclude:
-                return target
-        return None
-
-    def _affinity(
-        self, pool: _Pool, demand: Demand, exclude: set[str] | frozenset[str], least: Target
-    ) -> Target:
-        hashes = demand.block_hashes(self.affinity_block_size)
-        if not hashes:
-            return least
-        _, owners = self.prefix_index.deepest(hashes)
-        best: Target | None = None
-        for key in owners:
-            owner = pool.by_key.get(key)
-            if (
-                owner is not None
-                and owner.instance_id not in exclude
-                and (best is None or owner.load < best.load)
-            ):
-                best = owner
-        cost = max(1, demand.prompt_tokens)
-        if best is None or best.load + cost > self.affinity_max_load_ratio * (least.load + cost):
-            best = least
-        self.prefix_index.remember(hashes, best.key)
-        return best
+    def endpoint_load(self) -> dict[str, dict[str, float]]:
+        """In-flight load of every endpoint in a pool, by target key (the management API's view)."""
+        return {
+            endpoint.key: {
+                "in_flight": endpoint.in_flight,
+                "tokens": endpoint.tokens,
+                "kv_tokens": endpoint.kv,
+            }
+            for pool in self._pools.values()
+            for endpoint in pool.pool.endpoints
+        }

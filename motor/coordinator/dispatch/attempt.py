@@ -1,0 +1,532 @@
+"""One attempt of a request and its legs: the state machine of `states.py`, and the engine calls that drive it.
+
+Flows (`profiles.py`) pick endpoints and start legs through the attempt; the relay ends it (`finish`,
+`stream_failed`); the retry loop settles a failure (`fail`). Nothing else changes an attempt's state.
+
+Every leg's connection is tracked from the moment its request is written, so aborting a leg (or the whole
+attempt) closes it at once — closing a leg's connection is how it is cancelled at the engine.
+"""
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from motor.coordinator.dispatch.failures import (
+    EngineRejected,
+    LegFailure,
+    describe,
+    engine_message,
+    no_instance,
+    retryable_status,
+)
+from motor.coordinator.dispatch.states import (
+    ABORTED,
+    ADMITTED,
+    DECODE,
+    DONE,
+    FAILED,
+    HANDOVER,
+    LEG_ABORTED,
+    LEG_DONE,
+    LEG_FAILED,
+    LEG_NEXT,
+    PHASE_NEXT,
+    PICKED,
+    PREFILL,
+    RECEIVING,
+    RETRYING,
+    SENT,
+    STREAMING,
+    InvalidTransition,
+    LegState,
+    Phase,
+)
+from motor.coordinator.registry import Target
+from motor.coordinator.scheduling.scheduler import Allocation
+from motor.coordinator.shaping import prefill_body
+from motor.coordinator.sse import EVENT_END, SseSplitter, carries_output
+from motor.coordinator.upstream import UpstreamConnection, UpstreamError
+from motor.runtime.backoff import Backoff
+
+if TYPE_CHECKING:
+    from motor.coordinator.dispatch.profiles import Flow
+    from motor.coordinator.dispatch.request import Dispatch
+
+ERROR_EVENT_PREFIX = b'data: {"error"'
+_ENDED_LEG = frozenset({LEG_DONE, LEG_FAILED, LEG_ABORTED})
+
+
+@dataclass(slots=True)
+class PrefillResult:
+    raw: bytes
+    kv_transfer_params: dict[str, Any] | None
+    cached_tokens: int
+
+
+class Leg:
+    """One engine request of an attempt: a prefill leg, or the client-facing leg (decode or aggregated).
+
+    `deadline` bounds its answer (prefill: the whole response; client-facing: the first output), `abort()`
+    closes it wherever it is — the seams for per-leg deadlines and hedged legs."""
+
+    __slots__ = (
+        "allocation",
+        "attempt",
+        "client",
+        "connection",
+        "connections",
+        "deadline",
+        "first",
+        "role",
+        "sent_at",
+        "since",
+        "splitter",
+        "state",
+        "target",
+        "task",
+    )
+
+    def __init__(
+        self, attempt: "Attempt", target: Target, allocation: Allocation, deadline: float, client: bool
+    ) -> None:
+        self.attempt = attempt
+        self.role = target.role
+        self.target = target
+        self.allocation = allocation
+        self.deadline = deadline
+        self.client = client
+        self.state = PICKED
+        self.since = time.perf_counter()
+        self.sent_at = 0.0
+        self.connections: list[UpstreamConnection] = []
+        self.connection: UpstreamConnection | None = None
+        self.task: asyncio.Task[PrefillResult] | None = None
+        self.first = b""
+        self.splitter: SseSplitter | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.state in _ENDED_LEG
+
+    def _move(self, new: LegState) -> None:
+        old = self.state
+        if new not in LEG_NEXT[old]:
+            raise InvalidTransition(f"{self.role} leg: {old.name} → {new.name}")
+        now = time.perf_counter()
+        self.state = new
+        self.attempt.observer.leg_changed(self, old, new, now - self.since)
+        self.since = now
+
+    def _advance(self, new: LegState) -> None:
+        """Move on from an engine event, unless the coordinator closed the leg while its task was resuming (a
+        concurrent leg, a callback's prefill): then it ends like a read on the closed connection would."""
+        if self.state in _ENDED_LEG:
+            raise self.failed("cancelled", f"{describe(self.target)}: the leg was closed by the coordinator")
+        self._move(new)
+
+    # ---- outcomes ------------------------------------------------------------------------------------------
+
+    def failed(self, kind: str, message: str, *, reason: str | None = None) -> LegFailure:
+        """The leg failed: the failure to raise (the attempt's cause, unless the leg was already closed)."""
+        return self._record(LegFailure(kind, self.role, self.target, message, reason=reason))
+
+    def upstream_failed(self, exc: UpstreamError) -> LegFailure:
+        return self.failed(exc.kind, f"{describe(self.target)}: {exc}")
+
+    def _record(self, failure: LegFailure) -> LegFailure:
+        if not self.ended:
+            self._move(LEG_FAILED)
+            self.attempt._note_cause(failure)
+        return failure
+
+    def abort(self, reason: str) -> None:
+        """Close the leg now (its engine drops the request); its load is released with the attempt."""
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+        self.close_connections(reason)
+        if not self.ended:
+            self._move(LEG_ABORTED)
+
+    def close_connections(self, reason: str) -> None:
+        if not self.connections:
+            return
+        for connection in self.connections:
+            if not connection.complete and not connection.closed:
+                self.attempt.observer.leg_cancelled(self, reason)
+            connection.abort()
+        self.connections.clear()
+
+    def release_connection(self, connection: UpstreamConnection) -> None:
+        """An exchange that ended normally: its connection goes back to the pool, untracked."""
+        if connection in self.connections:
+            self.connections.remove(connection)
+        connection.release()
+
+    # ---- engine calls --------------------------------------------------------------------------------------
+
+    async def send(self, body: bytes, head_deadline: float, *, whole: bool = False) -> UpstreamConnection:
+        """Send the leg and wait for its response head (`whole`: the whole response, for non-stream legs);
+        non-200 answers become LegFailure or EngineRejected."""
+        attempt = self.attempt
+        dispatch = attempt.dispatch
+        core = dispatch.core
+        target = self.target
+        head = (
+            b"POST %b HTTP/1.1\r\nhost: %b\r\ncontent-type: application/json\r\nx-request-id: %b\r\n"
+            b"content-length: %d\r\n\r\n"
+            % (dispatch.request.path, target.host_header, attempt.engine_rid, len(body))
+        )
+        self._advance(SENT)
+        self.sent_at = self.since
+        attempt._leg_sent(self)
+        started = time.perf_counter()
+        try:
+            connection = await core.pool.request(
+                target.host,
+                target.port,
+                head,
+                body,
+                head_deadline=head_deadline,
+                track=self.connections,
+                whole_silence=core.config.timeout_config.read_timeout if whole else None,
+            )
+        except UpstreamError as exc:
+            raise self.upstream_failed(exc) from None
+        finally:
+            dispatch.add_wait(time.perf_counter() - started)
+        if connection.status == 200:
+            self.connection = connection
+            return connection
+        raw = await self.read_body(connection, dispatch.deadline)
+        self.release_connection(connection)
+        status = connection.status
+        if retryable_status(status):
+            raise self.failed(
+                "http_status",
+                f"{describe(target)} answered {status}: {engine_message(raw)}",
+                reason=f"http_{status}",
+            )
+        raise self._record(
+            EngineRejected(
+                self.role, target, status, raw, connection.header(b"content-type") or b"application/json"
+            )
+        )
+
+    async def read_chunk(self, deadline: float, silence: float = 0.0) -> bytes | None:
+        assert self.connection is not None
+        started = time.perf_counter()
+        try:
+            return await self.connection.next_chunk(deadline, silence)
+        except UpstreamError as exc:
+            raise self.upstream_failed(exc) from None
+        finally:
+            self.attempt.dispatch.add_wait(time.perf_counter() - started)
+
+    async def read_body(self, connection: UpstreamConnection, deadline: float) -> bytes:
+        dispatch = self.attempt.dispatch
+        started = time.perf_counter()
+        try:
+            return await connection.read_body(deadline, dispatch.core.config.timeout_config.read_timeout)
+        except UpstreamError as exc:
+            raise self.upstream_failed(exc) from None
+        finally:
+            dispatch.add_wait(time.perf_counter() - started)
+
+
+class Attempt:
+    __slots__ = (
+        "cached_tokens",
+        "cause",
+        "client",
+        "dispatch",
+        "engine_rid",
+        "failure",
+        "first_token_deadline",
+        "legs",
+        "number",
+        "observer",
+        "output_at",
+        "pd",
+        "phase",
+        "prefill",
+        "since",
+    )
+
+    def __init__(self, dispatch: "Dispatch", number: int) -> None:
+        core = dispatch.core
+        self.dispatch = dispatch
+        self.observer = core.observer
+        self.number = number
+        self.pd = False
+        # A retry may land where a cancelled leg of this request is still being torn down; engines refuse a
+        # request id they still hold, so later attempts carry their own.
+        self.engine_rid = dispatch.rid if number == 0 else f"{dispatch.request_id}-retry{number}".encode()
+        self.phase = ADMITTED
+        self.since = time.perf_counter()
+        self.first_token_deadline = min(
+            dispatch.loop.time() + core.config.exception_config.first_token_timeout, dispatch.deadline
+        )
+        self.legs: list[Leg] = []
+        self.client: Leg | None = None
+        self.prefill: Leg | None = None
+        self.cause: LegFailure | None = None
+        self.failure: LegFailure | None = None
+        self.cached_tokens: int | None = None
+        self.output_at = 0.0
+
+    def run(self, flow: "Flow") -> Awaitable[None]:
+        """Run `flow`: awaited, it returns once the client-facing leg produced output (STREAMING) or raises."""
+        self.pd = flow.pd
+        return flow.run(self)
+
+    def _enter(self, new: Phase) -> None:
+        old = self.phase
+        if new not in PHASE_NEXT[old]:
+            raise InvalidTransition(f"attempt {self.number}: {old.name} → {new.name}")
+        now = time.perf_counter()
+        self.phase = new
+        self.observer.phase_changed(self, old, new, now - self.since)
+        self.since = now
+
+    @property
+    def response_ended(self) -> bool:
+        """The relay finished the client's response (normally or with an error event)."""
+        return self.output_at > 0.0 and self.phase in (DONE, FAILED)
+
+    # ---- deadlines -----------------------------------------------------------------------------------------
+
+    def prefill_deadline(self) -> float:
+        """A prefill leg's whole answer: within request_timeout from now and the attempt's first-token deadline."""
+        request_timeout = self.dispatch.core.config.timeout_config.request_timeout
+        return min(self.dispatch.loop.time() + request_timeout, self.first_token_deadline)
+
+    # ---- instances and legs --------------------------------------------------------------------------------
+
+    def pick(self, role: str) -> Target:
+        dispatch = self.dispatch
+        scheduler = dispatch.core.scheduler
+        excluded = dispatch.excluded(role)
+        target = scheduler.pick(role, dispatch.request.demand, excluded)  # type: ignore[arg-type]
+        if target is None and excluded:
+            # Every instance of the role already failed this request: try again where it failed.
+            target = scheduler.pick(role, dispatch.request.demand)  # type: ignore[arg-type]
+        if target is None:
+            raise no_instance(role, f"no {role} instance is registered")
+        return target
+
+    def _leg(self, target: Target, tokens: float, kv: float, deadline: float, client: bool) -> Leg:
+        allocation = self.dispatch.core.scheduler.allocate(target, tokens, kv)
+        leg = Leg(self, target, allocation, deadline, client)
+        self.legs.append(leg)
+        return leg
+
+    def client_leg(self, target: Target, tokens: float, kv: float) -> Leg:
+        """The leg whose output the client sees; its load (`tokens` to compute, `kv` held) lasts to the end."""
+        dispatch = self.dispatch
+        deadline = self.first_token_deadline if dispatch.request.stream else dispatch.deadline
+        leg = self.client = self._leg(target, tokens, kv, deadline, True)
+        return leg
+
+    def prefill_leg(self, target: Target) -> Leg:
+        prompt = self.dispatch.request.demand.prompt_tokens
+        leg = self.prefill = self._leg(target, prompt, prompt, self.prefill_deadline(), False)
+        return leg
+
+    def _leg_sent(self, leg: Leg) -> None:
+        if leg.client:
+            if self.phase is ADMITTED:
+                self._enter(DECODE)
+        elif self.phase in (ADMITTED, DECODE):
+            self._enter(PREFILL)
+
+    def _note_cause(self, failure: LegFailure) -> None:
+        """The attempt's first failure is its cause; failures of legs closed because of it are consequences."""
+        if self.cause is None:
+            self.cause = failure
+
+    # ---- the prefill leg -----------------------------------------------------------------------------------
+
+    async def run_prefill(
+        self, leg: Leg, kv_transfer_params: dict[str, Any] | None, **extra: Any
+    ) -> PrefillResult:
+        body = prefill_body(self.dispatch.request.body, kv_transfer_params, **extra)
+        connection = await leg.send(body, leg.deadline, whole=True)
+        raw = await leg.read_body(connection, leg.deadline)
+        leg.release_connection(connection)
+        leg.allocation.release_tokens()
+        try:
+            response = json.loads(raw)
+        except ValueError:
+            raise leg.failed("invalid_json", f"{describe(leg.target)} answered invalid JSON") from None
+        if not isinstance(response, dict):
+            raise leg.failed("invalid_json", f"{describe(leg.target)} answered a non-object")
+        leg._advance(LEG_DONE)
+        if self.phase is PREFILL:
+            self._enter(HANDOVER)
+        params = response.get("kv_transfer_params")
+        usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+        details = (
+            usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+        )
+        cached = details.get("cached_tokens") if isinstance(details.get("cached_tokens"), int) else 0
+        self.cached_tokens = cached
+        return PrefillResult(raw, params if isinstance(params, dict) else None, cached)
+
+    def prefill_in_background(self, leg: Leg, kv_transfer_params: dict[str, Any], **extra: Any) -> None:
+        """Run the prefill leg as its own task (concurrent: both legs at once)."""
+        leg.task = asyncio.ensure_future(self.run_prefill(leg, kv_transfer_params, **extra))
+        leg.task.add_done_callback(_consume_outcome)
+
+    def prefill_failed(self, failure: LegFailure) -> None:
+        """A prefill leg the attempt does not await failed (decode_first's callback): its failure is the
+        attempt's cause, and the other legs are closed at once so the attempt ends now."""
+        self._note_cause(failure)
+        for leg in self.legs:
+            if not leg.ended:
+                leg.abort(f"{failure.role} leg failed")
+
+    async def prefill_cached_tokens(self) -> int | None:
+        """The prefill's cached-token count, waiting (within the prefill's own deadline) if it still runs."""
+        task = self.prefill.task if self.prefill is not None else None
+        if self.cached_tokens is None and task is not None:
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                if task.cancelled():
+                    return None
+                raise
+            except Exception:
+                return None
+        return self.cached_tokens
+
+    # ---- the client-facing leg -----------------------------------------------------------------------------
+
+    async def open_client_leg(self, leg: Leg, body: bytes) -> None:
+        """Send the leg whose output the client sees; return once its first output (or whole body) arrived."""
+        dispatch = self.dispatch
+        target = leg.target
+        if not dispatch.request.stream:
+            connection = await leg.send(body, leg.deadline, whole=True)
+            leg.first = await leg.read_body(connection, leg.deadline)
+            self._output(leg)
+            return
+        await leg.send(body, leg.deadline)
+        splitter = leg.splitter = SseSplitter()
+        read_timeout = dispatch.core.config.timeout_config.read_timeout
+        # Events before the first output (the chat role chunk) are held back: until output exists nothing
+        # reaches the client, so a failure stays retryable and the next attempt's events are the only ones.
+        held = b""
+        silence = 0.0
+        while True:
+            chunk = await leg.read_chunk(leg.deadline, silence)
+            if chunk is None:
+                raise leg.failed("empty_stream", f"{describe(target)} ended its stream without any output")
+            events = splitter.feed(chunk)
+            if not events:
+                continue
+            for event in events.split(EVENT_END):
+                if event.startswith(ERROR_EVENT_PREFIX):
+                    raise leg.failed(
+                        "error_event",
+                        f"{describe(target)} streamed an error first: {engine_message(event[6:])}",
+                    )
+                if event and carries_output(event):
+                    leg.first = held + events
+                    self._output(leg)
+                    return
+            held += events
+            silence = read_timeout
+
+    def _output(self, leg: Leg) -> None:
+        leg._advance(RECEIVING)
+        if self.prefill is not None:
+            # The decode side has the KV now (it produced output): the prefill side no longer holds it for us.
+            self.prefill.allocation.release_kv()
+        self._enter(STREAMING)
+        self.output_at = self.since
+
+    # ---- ends ----------------------------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """The client-facing leg ended as the engine ended it: its connection goes back to the pool if the
+        exchange completed."""
+        leg = self.client
+        assert leg is not None and leg.connection is not None
+        if leg.connection.complete:
+            leg.release_connection(leg.connection)
+        leg._move(LEG_DONE)
+        self._enter(DONE)
+
+    def stream_failed(self, failure: LegFailure) -> None:
+        """The client-facing leg failed after its output reached the client (the relay ends the stream)."""
+        leg = self.client
+        assert leg is not None
+        if leg.connection is not None and leg.connection.complete:
+            leg.release_connection(leg.connection)
+        leg._record(failure)
+        self.failure = failure
+        self._enter(FAILED)
+
+    def fail(self, failure: LegFailure, policy: Backoff) -> float | None:
+        """Settle a failure before the response started: close every leg, then RETRYING (the delay before the
+        next attempt is returned) or FAILED (`self.failure` is what the client is told)."""
+        dispatch = self.dispatch
+        failure = self.cause or failure
+        if self.phase is ABORTED:  # ended from outside meanwhile: nothing left to settle
+            self.failure = failure
+            return None
+        self.abandon(
+            "engine rejected the request"
+            if isinstance(failure, EngineRejected)
+            else f"{failure.role} leg failed"
+        )
+        rule = failure.rule
+        if rule.exclude_instance and failure.target is not None:
+            dispatch.exclude(failure.role, failure.target.instance_id)
+        if not rule.retryable:
+            return self._end(failure)
+        now = dispatch.loop.time()
+        if now >= dispatch.deadline:
+            infer_timeout = dispatch.core.config.exception_config.infer_timeout
+            return self._end(
+                LegFailure(
+                    "infer_timeout",
+                    failure.role,
+                    failure.target,
+                    f"the request did not complete within infer_timeout ({infer_timeout:g} s); "
+                    f"last error: {failure.message}",
+                )
+            )
+        delay = policy.next_delay(self.number + 1)
+        retry_allowed = RETRYING in PHASE_NEXT[self.phase]  # the guard: never once output exists
+        if not retry_allowed or delay is None or now + delay >= dispatch.deadline:
+            if self.number:
+                failure.gave_up(self.number + 1)
+            return self._end(failure)
+        self.failure = failure
+        self._enter(RETRYING)
+        return delay
+
+    def _end(self, failure: LegFailure) -> None:
+        self.failure = failure
+        self._enter(FAILED)
+
+    def abort(self, reason: str) -> None:
+        """Ended from outside (client gone, not reading, infer_timeout, shutdown)."""
+        self.abandon(reason)
+        if self.phase not in (DONE, FAILED, RETRYING, ABORTED):
+            self._enter(ABORTED)
+
+    def abandon(self, reason: str) -> None:
+        """Close every leg still open and release every allocation (end of the attempt or of the request)."""
+        for leg in self.legs:
+            leg.abort(reason)
+            leg.allocation.release()
+
+
+def _consume_outcome(task: "asyncio.Task[PrefillResult]") -> None:
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,150 @@
+"""Why a leg or a request failed, and what follows from it — one table for every failure the dispatch sees.
+
+`FAILURES` rows are keyed by kind: whether another attempt may succeed (`retryable`; only ever used before the
+first output reached the client), whether the next attempts avoid the instance that failed
+(`exclude_instance`), the HTTP status and error type when the request ends with it before the response
+started, and the SSE error code when it happens after (then the relay ends the stream with an error event).
+`ABORTS` are the ends imposed from outside the legs (client gone, client not reading, infer_timeout, shutdown).
+"""
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from motor.coordinator.registry import Target
+
+ENGINE_MESSAGE_LIMIT = 500
+UPSTREAM_ERROR = "upstream_error"
+
+
+@dataclass(frozen=True, slots=True)
+class FailureRule:
+    retryable: bool
+    exclude_instance: bool
+    status: int
+    error_type: str
+    stream_code: str
+
+
+_LEG = FailureRule(True, True, 502, UPSTREAM_ERROR, "upstream_failed")
+
+FAILURES: dict[str, FailureRule] = {
+    # below HTTP: the kinds of motor.coordinator.upstream.UpstreamError
+    "connect": _LEG,
+    "timeout": FailureRule(True, True, 504, UPSTREAM_ERROR, "read_timeout"),
+    "closed": _LEG,
+    "protocol": _LEG,
+    "cancelled": _LEG,
+    # the engine's answer: 5xx, 408 or 429 (reason http_<status>); a body that is not an OpenAI response; a
+    # stream that ended, or sent an error event, before any output
+    "http_status": _LEG,
+    "invalid_json": _LEG,
+    "empty_stream": _LEG,
+    "error_event": _LEG,
+    # a stream that ended without [DONE]: only ever after output, so only its stream code matters
+    "incomplete_stream": FailureRule(False, False, 502, UPSTREAM_ERROR, "incomplete_stream"),
+    # any other 4xx: the request itself is refused, another instance would refuse it too; answered as is
+    "engine_rejected": FailureRule(False, False, 400, UPSTREAM_ERROR, "upstream_failed"),
+    # no instance for a role (none, only decode ones, or it went away): wait for the controller with backoff
+    "no_instance": FailureRule(True, False, 503, "service_unavailable", "upstream_failed"),
+    # the request's own budget ran out between attempts
+    "infer_timeout": FailureRule(False, False, 504, UPSTREAM_ERROR, "infer_timeout"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class AbortRule:
+    label: str  # the log line's and the cancelled-legs metric's reason
+    status: int  # recorded for the request (the client may never see it)
+
+
+ABORTS: dict[str, AbortRule] = {
+    "client_gone": AbortRule("client disconnected", 499),
+    "write_timeout": AbortRule("write_timeout", 408),
+    "infer_timeout": AbortRule("infer_timeout", 504),
+    "shutdown": AbortRule("coordinator shutting down", 499),
+}
+
+
+class LegFailure(Exception):
+    """A leg (or the choice of an instance for it) failed; what that means is the `FAILURES` row of `kind`.
+
+    `reason` is the metric label and error code: the kind, or a finer name (`http_503`, `no_prefill_instance`).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        role: str,
+        target: "Target | None",
+        message: str,
+        *,
+        reason: str | None = None,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        rule = FAILURES[kind]
+        self.kind = kind
+        self.rule = rule
+        self.role = role
+        self.target = target
+        self.message = message
+        self.reason = reason or kind
+        self.status = status or rule.status
+
+    @property
+    def retryable(self) -> bool:
+        return self.rule.retryable
+
+    @property
+    def error_type(self) -> str:
+        return self.rule.error_type
+
+    def gave_up(self, attempts: int) -> None:
+        self.message = f"{self.message} (gave up after {attempts} attempts)"
+
+
+class EngineRejected(LegFailure):
+    """The engine refused the request itself (a 4xx other than 408/429): its answer goes to the client as is."""
+
+    def __init__(self, role: str, target: "Target", status: int, body: bytes, content_type: bytes) -> None:
+        super().__init__(
+            "engine_rejected",
+            role,
+            target,
+            f"engine answered {status}",
+            reason=f"http_{status}",
+            status=status,
+        )
+        self.body = body
+        self.content_type = content_type
+
+
+def no_instance(role: str, message: str, reason: str = "no_instance") -> LegFailure:
+    return LegFailure("no_instance", role, None, message, reason=reason)
+
+
+def retryable_status(status: int) -> bool:
+    return status >= 500 or status in (408, 429)
+
+
+def describe(target: "Target") -> str:
+    return f"{target.role} instance {target.instance_id} ({target.host}:{target.port})"
+
+
+def engine_message(raw: bytes) -> str:
+    """The error message of an engine's answer (OpenAI error body, a plain message, or the raw start)."""
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        return raw[:ENGINE_MESSAGE_LIMIT].decode(errors="replace")
+    if isinstance(payload, dict):
+        error = payload.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"][:ENGINE_MESSAGE_LIMIT]
+        if isinstance(error, str):
+            return error[:ENGINE_MESSAGE_LIMIT]
+        if isinstance(payload.get("message"), str):
+            return payload["message"][:ENGINE_MESSAGE_LIMIT]
+    return raw[:ENGINE_MESSAGE_LIMIT].decode(errors="replace")
