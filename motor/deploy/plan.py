@@ -283,6 +283,7 @@ def build_plan(
     if controller.etcd_config.enable_etcd_persistence:
         secrets.etcd_auth_secret = controller.etcd_config.etcd_auth_secret
 
+    # split in start order (the controller first), which numbers repeated credential keys of the Secret
     controller_env, controller_secret_env = secrets.split(
         "controller", _env(common, topology.env.motor_controller_env, layout, component_run_dir(CONTROLLER))
     )
