@@ -10,7 +10,16 @@ import ipaddress
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    field_validator,
+    model_validator,
+)
 
 from motor.config.hardware import DEFAULT_HARDWARE, HARDWARE, known_hardware
 from motor.config.suggest import did_you_mean
@@ -219,6 +228,8 @@ class SchedulerConfig(Section):
     scheduler_type: Literal["round_robin", "load_balance", "prefix_affinity"] = "load_balance"
     affinity_block_size: Annotated[int, Strict(), Field(ge=1)] = 128
     affinity_max_load_ratio: Annotated[float, Strict(), Field(ge=1.0)] = 2.0
+    stall_degraded_after: Annotated[int, Strict(), Field(ge=1)] = 2
+    stall_recovery_half_life: PositiveSeconds = 60.0
 
     @field_validator("scheduler_type", mode="before")
     @classmethod
@@ -234,11 +245,32 @@ class ExceptionConfig(Section):
 
 
 class TimeoutConfig(Section):
+    """pyMotor's five timeouts, and motor's own per-leg prefill deadline: `clamp(prefill_deadline_floor,
+    prefill_deadline_allowance + prefill_deadline_factor × tokens / observed rate, prefill_deadline_cap)`, where
+    tokens is the instance's prefill work in flight (this prompt included) and the rate the instance's measured
+    prefill throughput. Until `prefill_deadline_min_samples` legs were measured there, a prefill leg gets the cap;
+    the cap defaults to (and never exceeds) request_timeout."""
+
     request_timeout: PositiveSeconds = 30.0
     connection_timeout: PositiveSeconds = 10.0
     read_timeout: PositiveSeconds = 15.0
     write_timeout: PositiveSeconds = 15.0
     keep_alive_timeout: PositiveSeconds = 60.0
+    prefill_deadline_floor: PositiveSeconds = 2.0
+    prefill_deadline_cap: PositiveSeconds | None = None
+    prefill_deadline_factor: Annotated[float, Strict(), Field(ge=1.0)] = 4.0
+    prefill_deadline_allowance: Annotated[float, Strict(), Field(ge=0)] = 1.0
+    prefill_deadline_min_samples: Annotated[int, Strict(), Field(ge=1)] = 5
+
+    @model_validator(mode="after")
+    def _floor_within_cap(self) -> "TimeoutConfig":
+        cap = self.prefill_deadline_cap
+        if cap is not None and self.prefill_deadline_floor > cap:
+            raise ValueError(
+                f"prefill_deadline_floor ({self.prefill_deadline_floor:g} s) is above prefill_deadline_cap "
+                f"({cap:g} s): lower the floor or raise the cap"
+            )
+        return self
 
 
 class ApiKeyConfig(Section):

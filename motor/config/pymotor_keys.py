@@ -355,7 +355,11 @@ _implemented(
     "pyMotor's name for the dispatch style; motor derives the dispatch profile from the connector and warns "
     "when they disagree",
 )
-_implemented(_S, "dispatch_profile affinity_block_size affinity_max_load_ratio", "motor's own keys")
+_implemented(
+    _S,
+    "dispatch_profile affinity_block_size affinity_max_load_ratio stall_degraded_after stall_recovery_half_life",
+    "motor's own keys",
+)
 _warned(
     _S,
     "endpoint_instance_score_weight",
@@ -406,6 +410,12 @@ _warned(_X, "upstream_error_body_max_bytes", "engine errors reach the client as 
 _implemented(
     f"{_K}.timeout_config",
     "request_timeout connection_timeout read_timeout write_timeout keep_alive_timeout",
+)
+_implemented(
+    f"{_K}.timeout_config",
+    "prefill_deadline_floor prefill_deadline_cap prefill_deadline_factor prefill_deadline_allowance "
+    "prefill_deadline_min_samples",
+    "motor's own keys: the per-leg prefill deadline",
 )
 _implemented(f"{_K}.api_key_config", "enable_api_key valid_keys header_name key_prefix")
 _warned(
@@ -588,6 +598,12 @@ _implemented(
     "transfer timeouts",
 )
 _implemented(_P, "metrics_port", "motor's own key: mooncake_master's metrics port (default 9003)")
+_implemented(
+    _P,
+    "allocation_strategy",
+    "motor's own key: mooncake_master's --allocation_strategy (random, free_ratio_first, local_first, cxl, "
+    "ssd_free_ratio_first; unset: the master's default)",
+)
 _passed(
     _P,
     "prefer_alloc_in_same_node preferred_segment replica_num",
@@ -598,7 +614,7 @@ _T = "kv_cache_store_config"
 _implemented(
     _T,
     "metadata_server protocol device_name global_segment_size local_buffer_size eviction_high_watermark_ratio "
-    "eviction_ratio default_kv_lease_ttl port metrics_port",
+    "eviction_ratio default_kv_lease_ttl port metrics_port allocation_strategy",
     "same meaning as in kv_cache_pool_config",
 )
 _implemented(

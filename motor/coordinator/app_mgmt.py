@@ -55,7 +55,7 @@ class ManagementApp:
         max_body_bytes: int,
         *,
         refresh_token: str | None = None,
-        endpoint_load: Callable[[], dict[str, dict[str, float]]] | None = None,
+        endpoint_load: Callable[[], dict[str, dict[str, float | bool | None]]] | None = None,
     ) -> None:
         """`refresh_token`: the controller's token (MOTOR_CONTROLLER_TOKEN); only callers presenting it as
         `Authorization: Bearer <token>` may change the instance set, and without one nobody may.

@@ -11,6 +11,7 @@ from motor.coordinator.dispatch.observe import MetricsObserver
 from motor.coordinator.limits import InFlightLimit, SharedState, TokenBucket
 from motor.coordinator.metrics import CoordinatorMetrics
 from motor.coordinator.registry import InstanceRegistry
+from motor.coordinator.scheduling.health import StallPolicy
 from motor.coordinator.scheduling.scheduler import Scheduler
 from motor.coordinator.settings import CoordinatorSettings
 from motor.coordinator.upstream import UpstreamPool
@@ -46,7 +47,9 @@ class Core:
             scheduling.scheduler_type,
             affinity_block_size=scheduling.affinity_block_size,
             affinity_max_load_ratio=scheduling.affinity_max_load_ratio,
+            stall_policy=StallPolicy(scheduling.stall_degraded_after, scheduling.stall_recovery_half_life),
         )
+        self.scheduler.health_changed = self.observer.health_changed
         self.registry.subscribe(self.scheduler.set_targets)
         self.callbacks = CallbackRegistry()
         self.auth = ApiKeyVerifier(config.api_key_config) if config.api_key_config.enable_api_key else None

@@ -7,6 +7,7 @@ tests/integration/test_coordinator_faults.py drives the same machine with sim en
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -99,13 +100,11 @@ def prometheus() -> CollectorRegistry:
     return CollectorRegistry()
 
 
-@pytest.fixture
-async def core(prometheus: CollectorRegistry) -> AsyncIterator[Core]:
-    config = CoordinatorConfig.model_validate(
-        {"exception_config": {"max_retry": 2, "retry_delay": 0.25, "infer_timeout": 60}}
-    )
+@asynccontextmanager
+async def running_core(prometheus: CollectorRegistry, config: dict[str, Any]) -> AsyncIterator[Core]:
+    """A started Core (prefill_first) with prefill-0, prefill-1 and decode-2 registered; no engine behind them."""
     settings = CoordinatorSettings(
-        config=config,
+        config=CoordinatorConfig.model_validate(config),
         profile=DispatchProfile.PREFILL_FIRST,
         advertise_host="127.0.0.1",
         bind_host="127.0.0.1",
@@ -123,8 +122,17 @@ async def core(prometheus: CollectorRegistry) -> AsyncIterator[Core]:
     await result.start("http://127.0.0.1:9")
     instances = registry("prefill", "prefill", "decode").snapshot()
     result.registry.apply(InstanceEvent(event="set", instances=instances))
-    yield result
-    await result.stop()
+    try:
+        yield result
+    finally:
+        await result.stop()
+
+
+@pytest.fixture
+async def core(prometheus: CollectorRegistry) -> AsyncIterator[Core]:
+    config = {"exception_config": {"max_retry": 2, "retry_delay": 0.25, "infer_timeout": 60}}
+    async with running_core(prometheus, config) as result:
+        yield result
 
 
 def dispatch(core: Core, stream: bool = True) -> Dispatch:
@@ -141,7 +149,7 @@ def metric(core: Core, prometheus: CollectorRegistry, name: str, **labels: str) 
 
 def idle(core: Core) -> bool:
     return all(
-        load == {"in_flight": 0, "tokens": 0, "kv_tokens": 0}
+        (load["in_flight"], load["tokens"], load["kv_tokens"]) == (0, 0, 0)
         for load in core.scheduler.endpoint_load().values()
     )
 

@@ -14,6 +14,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from motor.coordinator.dispatch.deadlines import prefill_budget
 from motor.coordinator.dispatch.failures import (
     EngineRejected,
     LegFailure,
@@ -70,11 +71,15 @@ class Leg:
     """One engine request of an attempt: a prefill leg, or the client-facing leg (decode or aggregated).
 
     `deadline` bounds its answer (prefill: the whole response; client-facing: the first output), `abort()`
-    closes it wherever it is — the seams for per-leg deadlines and hedged legs."""
+    closes it wherever it is — the seams for per-leg deadlines and hedged legs. A prefill leg whose own budget
+    (`deadlines.py`) ends before the request's limits has `budget` > 0: missing that deadline is a stall, the
+    `prefill_stalled` failure, rather than a timeout; `work` is the prefill work its instance had when the leg
+    was placed (what the instance's measured rate is per)."""
 
     __slots__ = (
         "allocation",
         "attempt",
+        "budget",
         "client",
         "connection",
         "connections",
@@ -87,6 +92,7 @@ class Leg:
         "state",
         "target",
         "task",
+        "work",
     )
 
     def __init__(
@@ -97,6 +103,8 @@ class Leg:
         self.target = target
         self.allocation = allocation
         self.deadline = deadline
+        self.budget = 0.0
+        self.work = 0.0
         self.client = client
         self.state = PICKED
         self.since = time.perf_counter()
@@ -134,7 +142,26 @@ class Leg:
         return self._record(LegFailure(kind, self.role, self.target, message, reason=reason))
 
     def upstream_failed(self, exc: UpstreamError) -> LegFailure:
+        if exc.kind == "timeout" and self.budget and self.attempt.dispatch.loop.time() >= self.deadline:
+            return self.stalled()
         return self.failed(exc.kind, f"{describe(self.target)}: {exc}")
+
+    def stalled(self) -> LegFailure:
+        """The prefill leg missed its own deadline: the instance counts a stall, the request moves on."""
+        rate = self.allocation.endpoint.prefill_rate
+        measured = (
+            f"{rate.tokens_per_second:,.0f} tokens/s measured over {rate.samples} legs"
+            if rate.tokens_per_second is not None
+            else "no rate measured yet"
+        )
+        message = (
+            f"{describe(self.target)}: no prefill answer within the leg's deadline ({self.budget:.3g} s for "
+            f"{self.work:,.0f} tokens of prefill work, {measured})"
+        )
+        if not self.ended:
+            self.attempt.dispatch.core.scheduler.prefill_stalled(self.allocation.endpoint)
+            self.attempt.observer.prefill_stalled(self)
+        return self.failed("prefill_stalled", message)
 
     def _record(self, failure: LegFailure) -> LegFailure:
         if not self.ended:
@@ -331,8 +358,17 @@ class Attempt:
         return leg
 
     def prefill_leg(self, target: Target) -> Leg:
-        prompt = self.dispatch.request.demand.prompt_tokens
-        leg = self.prefill = self._leg(target, prompt, prompt, self.prefill_deadline(), False)
+        """A prefill leg bounded by its own budget when that ends before the request's limits do."""
+        dispatch = self.dispatch
+        prompt = dispatch.request.demand.prompt_tokens
+        limit = self.prefill_deadline()
+        leg = self.prefill = self._leg(target, prompt, prompt, limit, False)
+        endpoint = leg.allocation.endpoint
+        leg.work = endpoint.tokens
+        budget = prefill_budget(dispatch.core.config.timeout_config, leg.work, endpoint.prefill_rate)
+        if dispatch.loop.time() + budget < limit:
+            leg.deadline = dispatch.loop.time() + budget
+            leg.budget = budget
         return leg
 
     def _leg_sent(self, leg: Leg) -> None:
@@ -355,6 +391,7 @@ class Attempt:
         body = prefill_body(self.dispatch.request.body, kv_transfer_params, **extra)
         connection = await leg.send(body, leg.deadline, whole=True)
         raw = await leg.read_body(connection, leg.deadline)
+        answered_after = time.perf_counter() - leg.sent_at
         leg.release_connection(connection)
         leg.allocation.release_tokens()
         try:
@@ -373,6 +410,10 @@ class Attempt:
         )
         cached = details.get("cached_tokens") if isinstance(details.get("cached_tokens"), int) else 0
         self.cached_tokens = cached
+        # the rate is per token computed: tokens found in a cache were not
+        self.dispatch.core.scheduler.prefill_answered(
+            leg.allocation.endpoint, leg.work - min(cached, leg.work), answered_after
+        )
         return PrefillResult(raw, params if isinstance(params, dict) else None, cached)
 
     def prefill_in_background(self, leg: Leg, kv_transfer_params: dict[str, Any], **extra: Any) -> None:
