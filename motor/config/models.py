@@ -278,6 +278,14 @@ class ApiKeyConfig(Section):
     valid_keys: list[str] = []
     header_name: str = "Authorization"
     key_prefix: str = "Bearer "
+    attempts_per_client: Annotated[int, Strict(), Field(ge=1)] = Field(
+        default=20,
+        description="motor's own key: checks of keys not known to be valid (wrong keys, a hashed key's first "
+        "use) one client address may make per attempts_window seconds; beyond that → 429 before any check",
+    )
+    attempts_window: PositiveSeconds = Field(
+        default=60.0, description="motor's own key: the window of attempts_per_client, in seconds"
+    )
 
 
 class RateLimitConfig(Section):
@@ -291,6 +299,39 @@ class RateLimitConfig(Section):
 class RequestLimitConfig(Section):
     max_requests: Annotated[int, Strict(), Field(ge=1)] | None = None
     max_body_bytes: Annotated[int, Strict(), Field(ge=1024)] = 10 << 20
+    body_read_timeout: PositiveSeconds = Field(
+        default=30.0,
+        description="motor's own key: seconds a client has to send its whole request body once admitted (→ 408)",
+    )
+    max_connections: Annotated[int, Strict(), Field(ge=1)] = Field(
+        default=8192,
+        description="motor's own key: open client connections per inference worker; requests on connections "
+        "beyond it → 503 and the connection is closed",
+    )
+
+
+class InputConfig(Section):
+    """motor's own section: what a client's request may contain (docs/security.md)."""
+
+    kv_transfer_params: Literal["reject", "strip"] = Field(
+        default="reject",
+        description="motor's own key: a client body carrying KV transfer fields (kv_transfer_params, "
+        "bootstrap_host/port/room) → 400 (reject), or the fields are removed before any engine sees them (strip)",
+    )
+    max_tokens: Annotated[int, Strict(), Field(ge=1)] = Field(
+        default=1 << 20,
+        description="motor's own key: the largest max_tokens / max_completion_tokens accepted",
+    )
+    max_n: Annotated[int, Strict(), Field(ge=1)] = Field(
+        default=128, description="motor's own key: the largest n / best_of accepted"
+    )
+    max_json_depth: Annotated[int, Strict(), Field(ge=4, le=512)] = Field(
+        default=64, description="motor's own key: the deepest nesting of objects and arrays in a request body"
+    )
+    max_list_items: Annotated[int, Strict(), Field(ge=1)] = Field(
+        default=4096,
+        description="motor's own key: the most messages, content parts per message, or prompts in a batch",
+    )
 
 
 class CoordinatorApiConfig(Section):
@@ -311,6 +352,7 @@ class CoordinatorConfig(Section):
     api_key_config: ApiKeyConfig = ApiKeyConfig()
     rate_limit_config: RateLimitConfig = RateLimitConfig()
     request_limit: RequestLimitConfig = RequestLimitConfig()
+    input_config: InputConfig = InputConfig()
     api_config: CoordinatorApiConfig = CoordinatorApiConfig()
     inference_workers_config: InferenceWorkersConfig = InferenceWorkersConfig()
     infer_tls_config: TlsConfig | None = None

@@ -418,6 +418,11 @@ _implemented(
     "motor's own keys: the per-leg prefill deadline",
 )
 _implemented(f"{_K}.api_key_config", "enable_api_key valid_keys header_name key_prefix")
+_implemented(
+    f"{_K}.api_key_config",
+    "attempts_per_client attempts_window",
+    "motor's own keys: per-client limit on checks of keys not known to be valid",
+)
 _warned(
     f"{_K}.api_key_config",
     "skip_paths",
@@ -441,7 +446,13 @@ _warned(
     "request bodies are bounded by request_limit.max_body_bytes",
 )
 _implemented(f"{_K}.request_limit", "max_requests", "cap on concurrent requests in the coordinator")
-_implemented(f"{_K}.request_limit", "max_body_bytes", "motor's own key")
+_implemented(f"{_K}.request_limit", "max_body_bytes body_read_timeout max_connections", "motor's own keys")
+_implemented(_K, "input_config", "motor's own section: what a client's request may contain")
+_implemented(
+    f"{_K}.input_config",
+    "kv_transfer_params max_tokens max_n max_json_depth max_list_items",
+    "motor's own keys",
+)
 _warned(
     f"{_K}.request_limit",
     "single_node_max_requests",

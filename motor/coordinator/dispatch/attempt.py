@@ -288,9 +288,11 @@ class Attempt:
         self.observer = core.observer
         self.number = number
         self.pd = False
+        # Engine request ids are motor's alone (never the client's X-Request-Id: two clients could collide).
         # A retry may land where a cancelled leg of this request is still being torn down; engines refuse a
         # request id they still hold, so later attempts carry their own.
-        self.engine_rid = dispatch.rid if number == 0 else f"{dispatch.request_id}-retry{number}".encode()
+        rid = dispatch.request_id
+        self.engine_rid = rid.encode() if number == 0 else f"{rid}-retry{number}".encode()
         self.phase = ADMITTED
         self.since = time.perf_counter()
         self.first_token_deadline = min(
