@@ -6,6 +6,7 @@ option set and passes through untouched. Numbers and booleans are strict: `true`
 not an instance count and "yes" is not a boolean.
 """
 
+import ipaddress
 import re
 from typing import Annotated, Any, Literal
 
@@ -116,6 +117,16 @@ def _memory_quantity(value: str) -> str:
     return value
 
 
+def _pod_network(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value))
+    except ValueError as exc:
+        raise ValueError(
+            f"{value!r} is not a network in CIDR notation ({exc}); give your cluster's pod network, e.g. "
+            "'10.244.0.0/16'"
+        ) from None
+
+
 class DeployConfig(Section):
     p_instances_num: InstanceCount | None = None
     d_instances_num: InstanceCount | None = None
@@ -135,6 +146,12 @@ class DeployConfig(Section):
     )
     tls_config: DeployTlsConfig = DeployTlsConfig()
     dshm_size: Annotated[str, AfterValidator(_memory_quantity)] = DEFAULT_DSHM_SIZE
+    pod_networks: list[Annotated[str, AfterValidator(_pod_network)]] | None = Field(
+        default=None,
+        min_length=1,
+        description="motor's own key: on Kubernetes, the networks (CIDR) pod addresses come from; the controller "
+        "refuses registrations naming addresses outside them (default: the private ranges; local: loopback)",
+    )
 
     @property
     def kubernetes_layout(self) -> Literal["multi_deployment", "single_container"]:

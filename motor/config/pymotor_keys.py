@@ -266,6 +266,12 @@ _implemented(
     "size of the memory-backed /dev/shm of engine pods (Kubernetes quantity, default 4Gi as pyMotor's "
     "templates); it counts against the pod's memory",
 )
+_implemented(
+    _D,
+    "pod_networks",
+    "motor's own key: on Kubernetes, the pod networks (CIDR) the controller accepts node manager and engine "
+    "addresses from (default: the private ranges)",
+)
 _warned(_D, "env_path", "motor reads env.json from --env-config / --config-dir")
 _warned(_D, "coordinator_node_selector", "motor adds no node selectors")
 
