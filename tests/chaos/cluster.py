@@ -361,9 +361,10 @@ def deploy(
         )
         if settings.blackholed is not None:
             plan, cluster.proxy = _behind_proxy(plan, settings.blackholed)
-            cluster.proxy.start()
         if deploy_local(plan, topology, run.run_root, ready_timeout=ready_timeout_s) != 0:
             raise RuntimeError(f"deploying the chaos cluster failed; logs in {run.run_dir / 'logs'}")
+        if cluster.proxy is not None:  # on the planned port, which `motor deploy` checks is free
+            cluster.proxy.start()
         wait_until(cluster.serving_all, 60, "every instance active, routed and on the pool")
     except BaseException:
         cluster.stop()
@@ -386,19 +387,26 @@ def _with_probe_ports(config: ConfigPair) -> ConfigPair:
 
 
 def _behind_proxy(plan: Plan, instance: str) -> tuple[Plan, BlackholeProxy]:
-    """The plan with `instance` registering the proxy's port as its endpoint (its engine still listens on its
-    own port, where the proxy forwards to)."""
+    """The plan with `instance`'s engine moved to a free port and the proxy on its planned port, forwarding there.
+    The instance registers its planned port (the controller refuses any other), so the coordinator's legs go
+    through the proxy, while the engine server's health probes reach the engine directly."""
     component = plan.component(instance)
     spec = component.spec
     assert isinstance(spec, NodeManagerSpec)
-    (proxy_port,) = free_local_ports(1)
-    proxied = spec.model_copy(update={"engine": spec.engine.model_copy(update={"port": proxy_port})})
-    files = {**plan.files, spec_file_name(instance): dump_spec(proxied)}
+    planned = str(spec.engine.port)
+    (engine_port,) = free_local_ports(1)
+    argv = list(spec.engine.argv)
+    for i, arg in enumerate(argv[:-1]):
+        if arg in ("--engine-port", "--port") and argv[i + 1] == planned:
+            argv[i + 1] = str(engine_port)
+    assert argv != spec.engine.argv, f"no engine port {planned} in {instance}'s engine command"
+    moved = spec.model_copy(update={"engine": spec.engine.model_copy(update={"argv": argv})})
+    files = {**plan.files, spec_file_name(instance): dump_spec(moved)}
     components = tuple(
-        dataclasses.replace(c, spec=proxied) if c.name == instance else c for c in plan.components
+        dataclasses.replace(c, spec=moved) if c.name == instance else c for c in plan.components
     )
     return dataclasses.replace(plan, files=files, components=components), BlackholeProxy(
-        proxy_port, spec.engine.port
+        spec.engine.port, engine_port
     )
 
 
