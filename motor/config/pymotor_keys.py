@@ -341,7 +341,8 @@ _S = f"{_K}.scheduler_config"
 _implemented(
     _S,
     "scheduler_type",
-    "load_balance, round_robin; kv_cache_affinity is motor's prefix_affinity (prefix hashing in the coordinator)",
+    "load_balance, round_robin; kv_cache_affinity is motor's prefix_affinity (prefix hashing in the coordinator); "
+    "pd_aware is motor's own",
 )
 _implemented(
     _S,
@@ -349,7 +350,12 @@ _implemented(
     "pyMotor's name for the dispatch style; motor derives the dispatch profile from the connector and warns "
     "when they disagree",
 )
-_implemented(_S, "dispatch_profile affinity_block_size affinity_max_load_ratio", "motor's own keys")
+_implemented(
+    _S,
+    "dispatch_profile affinity_block_size affinity_max_load_ratio admission_max_prefill_tokens "
+    "admission_max_decode_requests admission_queue_timeout",
+    "motor's own keys",
+)
 _warned(
     _S,
     "endpoint_instance_score_weight",

@@ -46,6 +46,8 @@ class Core:
             scheduling.scheduler_type,
             affinity_block_size=scheduling.affinity_block_size,
             affinity_max_load_ratio=scheduling.affinity_max_load_ratio,
+            admission_max_prefill_tokens=scheduling.admission_max_prefill_tokens,
+            admission_max_decode_requests=scheduling.admission_max_decode_requests,
         )
         self.registry.subscribe(self.scheduler.set_targets)
         self.callbacks = CallbackRegistry()

@@ -6,7 +6,7 @@ Load is allocated per leg and released in parts (`Allocation`): the tokens still
 has computed them, the KV tokens held when the next leg took them over, everything at the end.
 """
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from motor.coordinator.registry import ROLES, Target
 from motor.coordinator.scheduling.compiled import Decider, compile_profile
@@ -36,13 +36,13 @@ class Allocation:
         if self.tokens and self._scheduler is not None:
             self.endpoint.tokens -= self.tokens
             self.tokens = 0
-            self._scheduler.reposition(self.endpoint)
+            self._scheduler.released(self.endpoint)
 
     def release_kv(self) -> None:
         if self.kv and self._scheduler is not None:
             self.endpoint.kv -= self.kv
             self.kv = 0
-            self._scheduler.reposition(self.endpoint)
+            self._scheduler.released(self.endpoint)
 
     def release(self) -> None:
         scheduler = self._scheduler
@@ -54,7 +54,7 @@ class Allocation:
         endpoint.in_flight -= 1
         self.tokens = self.kv = 0
         self._scheduler = None
-        scheduler.reposition(endpoint)
+        scheduler.released(endpoint)
 
 
 class _RolePool:
@@ -65,8 +65,9 @@ class _RolePool:
         self.pool = Pool(endpoints)
         self.decider: Decider = compile_profile(profile, self.pool)
         self.heap = self.decider.heap
-        self.hooks: tuple[PickObserver, ...] = tuple(
-            scorer for scorer, _ in profile.scorers if isinstance(scorer, PickObserver)
+        self.hooks: tuple[PickObserver, ...] = (
+            *(scorer for scorer, _ in profile.scorers if isinstance(scorer, PickObserver)),
+            *profile.observers,
         )
 
 
@@ -78,11 +79,18 @@ class Scheduler:
         affinity_block_size: int = 128,
         affinity_max_load_ratio: float = 2.0,
         prefix_index: PrefixIndex | None = None,
+        admission_max_prefill_tokens: float = 16384,
+        admission_max_decode_requests: int = 256,
     ) -> None:
         self.policy = policy
         self.options = PolicyOptions(
-            affinity_block_size, affinity_max_load_ratio, prefix_index or PrefixIndex()
+            affinity_block_size,
+            affinity_max_load_ratio,
+            prefix_index or PrefixIndex(),
+            admission_max_prefill_tokens,
+            admission_max_decode_requests,
         )
+        self._room_waiters: list[Callable[[], None]] = []
         self._loads: dict[Target, EndpointLoad] = {}
         self._pools: dict[InstanceRole, _RolePool] = {
             role: _RolePool(build_profile(policy, role, self.options), []) for role in ROLES
@@ -138,6 +146,23 @@ class Scheduler:
         allocation = Allocation(self, endpoint, tokens, kv)
         self.reposition(endpoint)
         return allocation
+
+    def saturated(self, role: InstanceRole) -> bool:
+        """Whether a failed pick of `role` means every endpoint is at its admission bound (not that none is
+        registered): then the leg may wait for room (`when_released`)."""
+        pool = self._pools[role]
+        return pool.profile.admission and bool(pool.pool.endpoints)
+
+    def when_released(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once, the next time any allocation releases load."""
+        self._room_waiters.append(callback)
+
+    def released(self, endpoint: EndpointLoad) -> None:
+        self.reposition(endpoint)
+        if self._room_waiters:
+            waiters, self._room_waiters = self._room_waiters, []
+            for callback in waiters:
+                callback()
 
     def reposition(self, endpoint: EndpointLoad) -> None:
         heap = self._pools[endpoint.role].heap
