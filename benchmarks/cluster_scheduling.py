@@ -19,7 +19,7 @@ a think time, all on an open-loop schedule: turn k is sent at its time whatever 
 salts its prompts' first word, so no run finds another run's prefixes in the engines' caches or the pool.
 
 Per path and rate: goodput (requests/s that met TTFT ≤ `--ttft-slo` and their own ITL P99 ≤ `--itl-slo`),
-TTFT and ITL P50/P99 (over all requests / all token gaps), errors, the prefill engines' pool hit ratio and local
+TTFT and ITL P50/P99 (over the completed requests / their token gaps), errors (refused or broken requests), the prefill engines' pool hit ratio and local
 prefix cache hit ratio (prompt tokens found in the pool / their own cache, from the sims' metrics), and the
 router's CPU time per request (its process tree's user + system time over the run). A PNG of goodput and TTFT
 P99 against the offered rate goes to `--plot`.
@@ -66,23 +66,23 @@ MODEL = "cluster-sim"
 MOTOR_POLICIES = ("round_robin", "load_balance", "prefix_affinity", "pd_aware")
 ROUTER_POLICIES = ("round_robin", "cache_aware", "power_of_two")
 # A slow engine, so that the few requests per second a 2-core machine can drive through a router fill the
-# cluster: prefill at 500 tokens/s; a decode step costs 5 ms + 6 ms per running sequence + 2 ms per 1,000
+# cluster: prefill at 1,000 tokens/s; a decode step costs 5 ms + 6 ms per running sequence + 2 ms per 1,000
 # tokens of their context (a dozen sequences of 1,000 tokens: ~100 ms a token, the ITL objective); 1,024
 # blocks of 16 tokens of KV (about 16 such sequences) per engine.
 CAPACITY = CapacityModel(
     enabled=True,
-    prefill_tokens_per_s=500,
+    prefill_tokens_per_s=1000,
     max_num_batched_tokens=2048,
     step_overhead_ms=5,
     decode_ms_per_seq=6.0,
     decode_ms_per_1k_context=2.0,
 )
 ENGINE_FLAGS = ["--num-gpu-blocks-override", "1024", "--max-num-seqs", "64", "--max-model-len", "16384"]
-# pd_aware's admission bounds for these engines: a prefill queue of 750 tokens is 1.5 s of compute (under
+# pd_aware's admission bounds for these engines: a prefill queue of 1,500 tokens is 1.5 s of compute (under
 # the 2 s TTFT objective); 10 sequences in a decode batch are ~85 ms a token (under 100 ms); a leg waits up to
 # 2 s for room (longer would miss the TTFT objective anyway), then the request is refused.
 ADMISSION = {
-    "admission_max_prefill_tokens": 750,
+    "admission_max_prefill_tokens": 1500,
     "admission_max_decode_requests": 10,
     "admission_queue_timeout": 2.0,
 }
@@ -135,9 +135,9 @@ def _words(rng: random.Random, count: int) -> tuple[str, ...]:
 def make_workload(
     rate: float, duration_s: float, seed: int, shape: WorkloadShape = WorkloadShape()
 ) -> list[Turn]:
-    """The turns that fall within [0, `duration_s`) of sessions arriving at `rate` / mean turns per second, so
-    about `rate` requests/s (sessions start early enough that the window sees the steady state), sorted by
-    time. Deterministic in (rate, duration, seed, shape)."""
+    """The turns that fall within [0, `duration_s`) of sessions arriving at `rate` / mean turns per second from
+    time 0 (so the offered rate ramps up to about `rate` requests/s as sessions accumulate turns), sorted by
+    time. Every turn's history was sent before it. Deterministic in (rate, duration, seed, shape)."""
     rng = random.Random(f"{seed}:{rate}:{duration_s}")
     systems = [
         _words(rng, _lognormal(rng, shape.system_median_tokens, shape.sigma / 2, 4000))
@@ -147,7 +147,7 @@ def make_workload(
     session_rate = rate / shape.mean_turns
     gamma_shape = 1 / shape.burst_cv**2
     turns: list[Turn] = []
-    start = -shape.think_mean_s * shape.max_turns
+    start = 0.0
     session = 0
     while True:
         start += rng.gammavariate(gamma_shape, 1 / (session_rate * gamma_shape))
@@ -162,8 +162,7 @@ def make_workload(
             if len(words) > shape.max_prompt_tokens or at >= duration_s:
                 break
             answer = _lognormal(rng, shape.answer_median_tokens, shape.sigma, shape.max_answer_tokens)
-            if at >= 0:
-                turns.append(Turn(at, session, index, words, answer))
+            turns.append(Turn(at, session, index, words, answer))
             # the next prompt carries this answer (as text: which words does not matter to the caches)
             words = (*words, *_words(rng, answer))
             at += rng.expovariate(1 / shape.think_mean_s)
@@ -481,8 +480,8 @@ def measure(
         rate,
         len(outcomes),
         goodput(outcomes, args.duration, args.ttft_slo, args.itl_slo),
-        percentile([o.ttft_s for o in outcomes], 0.5),
-        percentile([o.ttft_s for o in outcomes], 0.99),
+        percentile([o.ttft_s for o in ok], 0.5),
+        percentile([o.ttft_s for o in ok], 0.99),
         percentile(gaps, 0.5),
         percentile(gaps, 0.99),
         len(errors),
@@ -539,7 +538,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="4P+4D, rates 4 and 8, 15 s each: a few minutes")
+    parser.add_argument(
+        "--quick", action="store_true", help="4P+4D, rates 5 and 10, 20 s each: a few minutes"
+    )
     parser.add_argument("--engines", type=int, default=8, help="prefill engines, and as many decode engines")
     parser.add_argument("--rates", default="6,12,18", help="offered requests/s, comma-separated")
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of arrivals per run")
@@ -551,7 +552,7 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=default_plot_path("cluster_scheduling"))
     args = parser.parse_args()
     if args.quick:
-        args.engines, args.rates, args.duration = 4, "4,8", 15.0
+        args.engines, args.rates, args.duration = 4, "5,10", 20.0
     args.motor_policies = [p for p in args.motor_policies.split(",") if p]
     args.router_policies = [p for p in args.router_policies.split(",") if p]
     rates = [float(rate) for rate in args.rates.split(",")]
