@@ -20,7 +20,8 @@ salts its prompts' first word, so no run finds another run's prefixes in the eng
 
 Per path and rate: goodput (requests/s that met TTFT ≤ `--ttft-slo` and their own ITL P99 ≤ `--itl-slo`),
 TTFT and ITL P50/P99 (over the completed requests / their token gaps), errors (refused or broken requests), the prefill engines' pool hit ratio and local
-prefix cache hit ratio (prompt tokens found in the pool / their own cache, from the sims' metrics), and the
+prefix cache hit ratio (prompt tokens found in the pool / their own cache, from the sims' metrics), the
+decode engines' handover ratio (prompt tokens whose KV the prefill handed over: a PD path that works), and the
 router's CPU time per request (its process tree's user + system time over the run). A PNG of goodput and TTFT
 P99 against the offered rate goes to `--plot`.
 
@@ -369,6 +370,7 @@ def tree_cpu_seconds(pid: int) -> float:
 ENGINE_SERIES = {
     ("vllm:prompt_tokens_total", ""): "prompt",
     ("vllm:prompt_tokens_cached_by_source_total", "external_unspecified"): "pool",
+    ("vllm:prompt_tokens_cached_by_source_total", "p2p"): "handover",
     ("vllm:prompt_tokens_by_source_total", "local_cache_hit"): "local",
     ("vllm:num_requests_running", ""): "running",
     ("vllm:num_requests_waiting", ""): "waiting",
@@ -376,7 +378,8 @@ ENGINE_SERIES = {
 
 
 def engine_counters(engines: Engines) -> dict[str, float]:
-    """Summed over the engines: prompt tokens, pool hits, local cache hits, requests running and waiting."""
+    """Summed over the engines: prompt tokens, pool hits, KV handed over by a prefill, local cache hits,
+    requests running and waiting."""
     totals = dict.fromkeys(ENGINE_SERIES.values(), 0.0)
     for port in engines.ports:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
@@ -458,20 +461,28 @@ class Row:
     errors: int
     pool_hit: float
     local_hit: float
+    handover: float
     cpu_us: float
     load: float
     first_error: str = ""
 
 
 def measure(
-    router: Router, rate: float, turns: list[Turn], args: argparse.Namespace, prefill: Engines, run: int
+    router: Router,
+    rate: float,
+    turns: list[Turn],
+    args: argparse.Namespace,
+    prefill: Engines,
+    decode: Engines,
+    run: int,
 ) -> Row:
-    before = engine_counters(prefill)
+    before, decode_before = engine_counters(prefill), engine_counters(decode)
     cpu_before = tree_cpu_seconds(router.process.popen.pid)
     outcomes = uvloop.run(open_loop(router.url, turns, salt=f"run{run}x{os.getpid()}"))
     cpu = tree_cpu_seconds(router.process.popen.pid) - cpu_before
-    after = engine_counters(prefill)
+    after, decode_after = engine_counters(prefill), engine_counters(decode)
     prompt = max(1.0, after["prompt"] - before["prompt"])
+    decode_prompt = max(1.0, decode_after["prompt"] - decode_before["prompt"])
     ok = [o for o in outcomes if o.ok]
     gaps = [gap for o in ok for gap in o.gaps_s]
     errors = [o.error for o in outcomes if not o.ok]
@@ -487,6 +498,7 @@ def measure(
         len(errors),
         (after["pool"] - before["pool"]) / prompt,
         (after["local"] - before["local"]) / prompt,
+        (decode_after["handover"] - decode_before["handover"]) / decode_prompt,
         cpu / max(1, len(outcomes)) * 1e6,
         os.getloadavg()[0],
         errors[0] if errors else "",
@@ -511,12 +523,13 @@ def print_rows(rows: list[Row], args: argparse.Namespace) -> None:
     )
     print(
         f"{'path':<28} {'rate':>5} {'reqs':>5} {'goodput':>8} {'ttft p50':>8} {'ttft p99':>8} {'itl p50':>8} "
-        f"{'itl p99':>8} {'errors':>6} {'pool hit':>8} {'local hit':>9} {'cpu µs/req':>10} {'load':>5}"
+        f"{'itl p99':>8} {'errors':>6} {'pool hit':>8} {'local hit':>9} {'handover':>8} {'cpu µs/req':>10} "
+        f"{'load':>5}"
     )
     for r in sorted(rows, key=lambda r: (r.rate, r.path)):
         print(
             f"{r.path:<28} {r.rate:>5g} {r.requests:>5} {r.goodput:>8.2f} {ms(r.ttft_p50)} {ms(r.ttft_p99)} "
-            f"{ms(r.itl_p50)} {ms(r.itl_p99)} {r.errors:>6} {r.pool_hit:>8.0%} {r.local_hit:>9.0%} "
+            f"{ms(r.itl_p50)} {ms(r.itl_p99)} {r.errors:>6} {r.pool_hit:>8.0%} {r.local_hit:>9.0%} {r.handover:>8.0%} "
             f"{r.cpu_us:>10.0f} {r.load:>5.1f}" + (f"  ({r.first_error})" if r.first_error else "")
         )
 
@@ -577,7 +590,7 @@ def main() -> None:
                     router = start(policy, prefill, decode, work)
                     try:
                         run += 1
-                        row = measure(router, rate, turns, args, prefill, run)
+                        row = measure(router, rate, turns, args, prefill, decode, run)
                     finally:
                         router.process.stop()
                     rows.append(row)
