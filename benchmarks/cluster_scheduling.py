@@ -534,15 +534,20 @@ def print_rows(rows: list[Row], args: argparse.Namespace) -> None:
         )
 
 
-def plot(rows: list[Row], path: Path) -> None:
+def plot(rows: list[Row], duration_s: float, path: Path) -> None:
+    """Goodput and TTFT P99 against the requests actually sent per second (sessions ramp up from time 0, so
+    fewer than the nominal rate)."""
     fig, axes = figure(1, 2)
     for name in dict.fromkeys(r.path for r in rows):
         mine = sorted((r for r in rows if r.path == name), key=lambda r: r.rate)
         style = "-o" if name.startswith("motor") else "--s"
-        axes[0][0].plot([r.rate for r in mine], [r.goodput for r in mine], style, label=name)
-        axes[0][1].plot([r.rate for r in mine], [r.ttft_p99 for r in mine], style, label=name)
-    axes[0][0].set(xlabel="offered requests/s", ylabel="goodput (requests/s within SLO)", title="goodput")
-    axes[0][1].set(xlabel="offered requests/s", ylabel="seconds", title="TTFT P99", yscale="log")
+        sent = [r.requests / duration_s for r in mine]
+        axes[0][0].plot(sent, [r.goodput for r in mine], style, label=name)
+        axes[0][1].plot(sent, [r.ttft_p99 for r in mine], style, label=name)
+    axes[0][0].set(
+        xlabel="requests sent per second", ylabel="goodput (requests/s within SLO)", title="goodput"
+    )
+    axes[0][1].set(xlabel="requests sent per second", ylabel="seconds", title="TTFT P99", yscale="log")
     axes[0][0].legend(fontsize=7)
     save(fig, path)
 
@@ -602,7 +607,7 @@ def main() -> None:
             master.stop()
     print(f"\ncpus: {os.cpu_count()}, load average at the end: {os.getloadavg()}")
     print_rows(rows, args)
-    plot(rows, args.plot)
+    plot(rows, args.duration, args.plot)
 
 
 if __name__ == "__main__":
