@@ -62,6 +62,7 @@ BODY = json.dumps(
 ).encode()
 DONE = b"data: [DONE]\n\n"
 API_KEY = "bench-key"
+REFRESH_TOKEN = "bench-refresh-token"  # the controller token the bench pushes instances with
 PD_CONNECTORS = {
     "prefill_first": "MooncakeConnectorV1",
     "decode_first": "MooncakeLayerwiseConnector",
@@ -189,10 +190,11 @@ def start_coordinator(config: str, work: Path) -> Coordinator:
     spec_path = directory / "coordinator.spec.json"
     spec_path.write_text(plan.files[spec_path.name])
     args = [sys.executable, "-m", "motor.coordinator", "--spec", str(spec_path)]
-    # the API keys travel in the environment, as `motor deploy` hands them over (the spec only names them)
+    # the API keys and the controller token travel in the environment, as `motor deploy` hands them over
     secrets = {
         name: value for name, value in plan.component("coordinator").env.items() if name == "MOTOR_API_KEYS"
     }
+    secrets["MOTOR_CONTROLLER_TOKEN"] = REFRESH_TOKEN
     process = spawn(f"coordinator-{config}", args, infer_port, work, env=secrets)
     wait_http(process, f"http://127.0.0.1:{mgmt_port}/startup")
     headers = {"authorization": f"Bearer {API_KEY}"} if config == SECURED else {}
@@ -219,7 +221,7 @@ def refresh(mgmt_port: int, instances: list[dict[str, Any]]) -> None:
     request = urllib.request.Request(
         f"http://127.0.0.1:{mgmt_port}/instances/refresh",
         data=json.dumps({"event": "set", "instances": instances}).encode(),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {REFRESH_TOKEN}"},
         method="POST",
     )
     with urllib.request.urlopen(request, timeout=10) as response:

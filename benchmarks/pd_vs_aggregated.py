@@ -1,12 +1,12 @@
 """PD disaggregation vs aggregated serving on this machine's vLLM CPU engines, like for like.
 
 Two deployments of the same model on the same two cores, never up at the same time:
-- PD: a copy of examples/local (1 prefill engine on core 0, 1 decode engine on core 1,
+- PD: a copy of examples/local (1 prefill and 1 decode engine, CPU binding as the example sets it,
   MultiConnector[MooncakeConnector (tcp), MooncakeStoreConnector], a real mooncake_master, the controller and
   the coordinator, dispatch profile concurrent); every request goes through the coordinator.
 - aggregated: two one-engine jobs whose engine section is the example's with the kv_transfer_config removed (no
-  KV connector at all, no pool; model, flags and environment otherwise identical), one on core 0 and one on
-  core 1; requests go through their coordinators, alternately.
+  KV connector at all, no pool; model, flags and environment otherwise identical), bound like the example's
+  prefill and decode engines; requests go through their coordinators, alternately.
 Per round the mode that goes first flips (`--rounds`); each mode is deployed, measured and stopped in turn.
 
 1. Decode inter-token latency while long prompts arrive. `--streams` stream clients (48-token prompts, up to
@@ -63,7 +63,7 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "local"
 MODEL_DIR = ".motor/models/tiny"
 PD_JOB = "motor-bench-pd"
-AGGREGATED_JOBS = ("motor-bench-agg-0", "motor-bench-agg-1")  # engine on core 0, on core 1
+AGGREGATED_JOBS = ("motor-bench-agg-0", "motor-bench-agg-1")  # bound like the prefill, the decode engine
 PORTS_PER_JOB = 32
 MOTOR = [sys.executable, "-m", "motor.cli.main"]
 TIMEOUT = httpx.Timeout(connect=10, read=300, write=30, pool=300)

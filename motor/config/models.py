@@ -6,10 +6,20 @@ option set and passes through untouched. Numbers and booleans are strict: `true`
 not an instance count and "yes" is not a boolean.
 """
 
+import ipaddress
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    field_validator,
+    model_validator,
+)
 
 from motor.config.hardware import DEFAULT_HARDWARE, HARDWARE, known_hardware
 from motor.config.suggest import did_you_mean
@@ -107,6 +117,16 @@ def _memory_quantity(value: str) -> str:
     return value
 
 
+def _pod_network(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value))
+    except ValueError as exc:
+        raise ValueError(
+            f"{value!r} is not a network in CIDR notation ({exc}); give your cluster's pod network, e.g. "
+            "'10.244.0.0/16'"
+        ) from None
+
+
 class DeployConfig(Section):
     p_instances_num: InstanceCount | None = None
     d_instances_num: InstanceCount | None = None
@@ -126,6 +146,12 @@ class DeployConfig(Section):
     )
     tls_config: DeployTlsConfig = DeployTlsConfig()
     dshm_size: Annotated[str, AfterValidator(_memory_quantity)] = DEFAULT_DSHM_SIZE
+    pod_networks: list[Annotated[str, AfterValidator(_pod_network)]] | None = Field(
+        default=None,
+        min_length=1,
+        description="motor's own key: on Kubernetes, the networks (CIDR) pod addresses come from; the controller "
+        "refuses registrations naming addresses outside them (default: the private ranges; local: loopback)",
+    )
 
     @property
     def kubernetes_layout(self) -> Literal["multi_deployment", "single_container"]:
@@ -205,6 +231,8 @@ class SchedulerConfig(Section):
     admission_max_prefill_tokens: Annotated[int, Strict(), Field(ge=1)] = 16384
     admission_max_decode_requests: Annotated[int, Strict(), Field(ge=1)] = 256
     admission_queue_timeout: Annotated[float, Strict(), Field(ge=0)] = 5.0
+    stall_degraded_after: Annotated[int, Strict(), Field(ge=1)] = 2
+    stall_recovery_half_life: PositiveSeconds = 60.0
 
     @field_validator("scheduler_type", mode="before")
     @classmethod
@@ -220,11 +248,32 @@ class ExceptionConfig(Section):
 
 
 class TimeoutConfig(Section):
+    """pyMotor's five timeouts, and motor's own per-leg prefill deadline: `clamp(prefill_deadline_floor,
+    prefill_deadline_allowance + prefill_deadline_factor × tokens / observed rate, prefill_deadline_cap)`, where
+    tokens is the instance's prefill work in flight (this prompt included) and the rate the instance's measured
+    prefill throughput. Until `prefill_deadline_min_samples` legs were measured there, a prefill leg gets the cap;
+    the cap defaults to (and never exceeds) request_timeout."""
+
     request_timeout: PositiveSeconds = 30.0
     connection_timeout: PositiveSeconds = 10.0
     read_timeout: PositiveSeconds = 15.0
     write_timeout: PositiveSeconds = 15.0
     keep_alive_timeout: PositiveSeconds = 60.0
+    prefill_deadline_floor: PositiveSeconds = 2.0
+    prefill_deadline_cap: PositiveSeconds | None = None
+    prefill_deadline_factor: Annotated[float, Strict(), Field(ge=1.0)] = 4.0
+    prefill_deadline_allowance: Annotated[float, Strict(), Field(ge=0)] = 1.0
+    prefill_deadline_min_samples: Annotated[int, Strict(), Field(ge=1)] = 5
+
+    @model_validator(mode="after")
+    def _floor_within_cap(self) -> "TimeoutConfig":
+        cap = self.prefill_deadline_cap
+        if cap is not None and self.prefill_deadline_floor > cap:
+            raise ValueError(
+                f"prefill_deadline_floor ({self.prefill_deadline_floor:g} s) is above prefill_deadline_cap "
+                f"({cap:g} s): lower the floor or raise the cap"
+            )
+        return self
 
 
 class ApiKeyConfig(Section):
@@ -232,6 +281,14 @@ class ApiKeyConfig(Section):
     valid_keys: list[str] = []
     header_name: str = "Authorization"
     key_prefix: str = "Bearer "
+    attempts_per_client: Annotated[int, Strict(), Field(ge=1)] = Field(
+        default=20,
+        description="motor's own key: checks of keys not known to be valid (wrong keys, a hashed key's first "
+        "use) one client address may make per attempts_window seconds; beyond that → 429 before any check",
+    )
+    attempts_window: PositiveSeconds = Field(
+        default=60.0, description="motor's own key: the window of attempts_per_client, in seconds"
+    )
 
 
 class RateLimitConfig(Section):
@@ -245,6 +302,39 @@ class RateLimitConfig(Section):
 class RequestLimitConfig(Section):
     max_requests: Annotated[int, Strict(), Field(ge=1)] | None = None
     max_body_bytes: Annotated[int, Strict(), Field(ge=1024)] = 10 << 20
+    body_read_timeout: PositiveSeconds = Field(
+        default=30.0,
+        description="motor's own key: seconds a client has to send its whole request body once admitted (→ 408)",
+    )
+    max_connections: Annotated[int, Strict(), Field(ge=1)] = Field(
+        default=8192,
+        description="motor's own key: open client connections per inference worker; requests on connections "
+        "beyond it → 503 and the connection is closed",
+    )
+
+
+class InputConfig(Section):
+    """motor's own section: what a client's request may contain (docs/security.md)."""
+
+    kv_transfer_params: Literal["reject", "strip"] = Field(
+        default="reject",
+        description="motor's own key: a client body carrying KV transfer fields (kv_transfer_params, "
+        "bootstrap_host/port/room) → 400 (reject), or the fields are removed before any engine sees them (strip)",
+    )
+    max_tokens: Annotated[int, Strict(), Field(ge=1)] = Field(
+        default=1 << 20,
+        description="motor's own key: the largest max_tokens / max_completion_tokens accepted",
+    )
+    max_n: Annotated[int, Strict(), Field(ge=1)] = Field(
+        default=128, description="motor's own key: the largest n / best_of accepted"
+    )
+    max_json_depth: Annotated[int, Strict(), Field(ge=4, le=512)] = Field(
+        default=64, description="motor's own key: the deepest nesting of objects and arrays in a request body"
+    )
+    max_list_items: Annotated[int, Strict(), Field(ge=1)] = Field(
+        default=4096,
+        description="motor's own key: the most messages, content parts per message, or prompts in a batch",
+    )
 
 
 class CoordinatorApiConfig(Section):
@@ -265,6 +355,7 @@ class CoordinatorConfig(Section):
     api_key_config: ApiKeyConfig = ApiKeyConfig()
     rate_limit_config: RateLimitConfig = RateLimitConfig()
     request_limit: RequestLimitConfig = RequestLimitConfig()
+    input_config: InputConfig = InputConfig()
     api_config: CoordinatorApiConfig = CoordinatorApiConfig()
     inference_workers_config: InferenceWorkersConfig = InferenceWorkersConfig()
     infer_tls_config: TlsConfig | None = None

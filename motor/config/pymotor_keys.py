@@ -259,6 +259,12 @@ _implemented(
     "size of the memory-backed /dev/shm of engine pods (Kubernetes quantity, default 4Gi as pyMotor's "
     "templates); it counts against the pod's memory",
 )
+_implemented(
+    _D,
+    "pod_networks",
+    "motor's own key: on Kubernetes, the pod networks (CIDR) the controller accepts node manager and engine "
+    "addresses from (default: the private ranges)",
+)
 _warned(_D, "env_path", "motor reads env.json from --env-config / --config-dir")
 _warned(_D, "coordinator_node_selector", "motor adds no node selectors")
 
@@ -353,7 +359,7 @@ _implemented(
 _implemented(
     _S,
     "dispatch_profile affinity_block_size affinity_max_load_ratio admission_max_prefill_tokens "
-    "admission_max_decode_requests admission_queue_timeout",
+    "admission_max_decode_requests admission_queue_timeout stall_degraded_after stall_recovery_half_life",
     "motor's own keys",
 )
 _warned(
@@ -407,7 +413,18 @@ _implemented(
     f"{_K}.timeout_config",
     "request_timeout connection_timeout read_timeout write_timeout keep_alive_timeout",
 )
+_implemented(
+    f"{_K}.timeout_config",
+    "prefill_deadline_floor prefill_deadline_cap prefill_deadline_factor prefill_deadline_allowance "
+    "prefill_deadline_min_samples",
+    "motor's own keys: the per-leg prefill deadline",
+)
 _implemented(f"{_K}.api_key_config", "enable_api_key valid_keys header_name key_prefix")
+_implemented(
+    f"{_K}.api_key_config",
+    "attempts_per_client attempts_window",
+    "motor's own keys: per-client limit on checks of keys not known to be valid",
+)
 _warned(
     f"{_K}.api_key_config",
     "skip_paths",
@@ -431,7 +448,13 @@ _warned(
     "request bodies are bounded by request_limit.max_body_bytes",
 )
 _implemented(f"{_K}.request_limit", "max_requests", "cap on concurrent requests in the coordinator")
-_implemented(f"{_K}.request_limit", "max_body_bytes", "motor's own key")
+_implemented(f"{_K}.request_limit", "max_body_bytes body_read_timeout max_connections", "motor's own keys")
+_implemented(_K, "input_config", "motor's own section: what a client's request may contain")
+_implemented(
+    f"{_K}.input_config",
+    "kv_transfer_params max_tokens max_n max_json_depth max_list_items",
+    "motor's own keys",
+)
 _warned(
     f"{_K}.request_limit",
     "single_node_max_requests",
@@ -588,6 +611,12 @@ _implemented(
     "transfer timeouts",
 )
 _implemented(_P, "metrics_port", "motor's own key: mooncake_master's metrics port (default 9003)")
+_implemented(
+    _P,
+    "allocation_strategy",
+    "motor's own key: mooncake_master's --allocation_strategy (random, free_ratio_first, local_first, cxl, "
+    "ssd_free_ratio_first; unset: the master's default)",
+)
 _passed(
     _P,
     "prefer_alloc_in_same_node preferred_segment replica_num",
@@ -598,7 +627,7 @@ _T = "kv_cache_store_config"
 _implemented(
     _T,
     "metadata_server protocol device_name global_segment_size local_buffer_size eviction_high_watermark_ratio "
-    "eviction_ratio default_kv_lease_ttl port metrics_port",
+    "eviction_ratio default_kv_lease_ttl port metrics_port allocation_strategy",
     "same meaning as in kv_cache_pool_config",
 )
 _implemented(

@@ -1,4 +1,8 @@
-"""The controller's HTTP API (aiohttp): register, heartbeat, terminate, instance listing, probes and metrics."""
+"""The controller's HTTP API (aiohttp): register, heartbeat, terminate, instance listing, probes and metrics.
+
+Registrations and heartbeats authenticate with the credential of the instance they name (a node manager holds
+only its own); terminating and listing instances need the controller token.
+"""
 
 import hmac
 import logging
@@ -9,6 +13,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, ValidationError
 
+from motor.controller.admission import AddressRefused
 from motor.controller.metrics import controller_registry
 from motor.controller.service import Controller, UnknownInstance
 from motor.protocol.controller import (
@@ -19,6 +24,7 @@ from motor.protocol.controller import (
     Registration,
     TerminateRequest,
 )
+from motor.protocol.credentials import instance_credential
 
 log = logging.getLogger(__name__)
 
@@ -45,24 +51,40 @@ def json_model(model: BaseModel, status: int = 200) -> web.Response:
     return web.json_response(model.model_dump(mode="json"), status=status)
 
 
+# Node managers call these with their instance credential; every other /controller/ path needs the token.
+INSTANCE_PATHS = frozenset({"/controller/register", "/controller/heartbeat"})
+
+_WRONG_CREDENTIAL = (
+    "missing or wrong instance credential: a node manager sends `Authorization: Bearer <credential>` with the "
+    "credential of the instance it names, which `motor deploy` derives from the controller token"
+)
+
+
 def authorized(request: web.Request, token: str) -> bool:
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     return scheme == "Bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
 
 
+def unauthorized(message: str) -> web.Response:
+    return error_response(401, message, "authentication_error", "invalid_token")
+
+
 @web.middleware
 async def require_token(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.path.startswith("/controller/") and not authorized(
-        request, request.app[CONTROLLER_KEY].settings.token
-    ):
-        return error_response(
-            401,
-            "missing or wrong bearer token: send `Authorization: Bearer <token>` with the token the controller was "
-            "started with (MOTOR_CONTROLLER_TOKEN)",
-            "authentication_error",
-            "invalid_token",
-        )
+    path = request.path
+    if path.startswith("/controller/") and path not in INSTANCE_PATHS:
+        if not authorized(request, request.app[CONTROLLER_KEY].settings.token):
+            return unauthorized(
+                "missing or wrong bearer token: send `Authorization: Bearer <token>` with the token the controller "
+                "was started with (MOTOR_CONTROLLER_TOKEN)"
+            )
+    elif path in INSTANCE_PATHS and not request.headers.get("Authorization", "").startswith("Bearer "):
+        return unauthorized(_WRONG_CREDENTIAL)
     return await handler(request)
+
+
+def instance_authorized(request: web.Request, instance_id: str) -> bool:
+    return authorized(request, instance_credential(request.app[CONTROLLER_KEY].settings.token, instance_id))
 
 
 async def parse(request: web.Request, model: type[M]) -> M:
@@ -95,11 +117,21 @@ def unknown(instance_id: str) -> web.Response:
 
 async def register(request: web.Request) -> web.Response:
     registration = await parse(request, Registration)
-    return json_model(request.app[CONTROLLER_KEY].register(registration))
+    if not instance_authorized(request, registration.instance_id):
+        log.warning("refused a registration of %s: wrong instance credential", registration.instance_id)
+        return unauthorized(_WRONG_CREDENTIAL)
+    try:
+        return json_model(request.app[CONTROLLER_KEY].register(registration))
+    except AddressRefused as exc:
+        return error_response(
+            403, f"registration refused: {exc}", "permission_error", "address_not_allowed", exc.field
+        )
 
 
 async def heartbeat(request: web.Request) -> web.Response:
     beat = await parse(request, Heartbeat)
+    if not instance_authorized(request, beat.instance_id):
+        return unauthorized(_WRONG_CREDENTIAL)
     controller = request.app[CONTROLLER_KEY]
     try:
         ack = controller.heartbeat(beat)

@@ -6,6 +6,12 @@ import time
 
 import aiohttp
 
+from motor.controller.admission import (
+    AddressRefused,
+    check_addresses,
+    check_registration,
+    node_manager_base_url,
+)
 from motor.controller.persistence import EtcdStore
 from motor.controller.pusher import EventPusher
 from motor.controller.registry import Change, InstanceRegistry, Timeouts
@@ -19,6 +25,7 @@ from motor.protocol.controller import (
     TerminateResult,
     bearer,
 )
+from motor.protocol.credentials import instance_credential
 from motor.protocol.node_manager import StopRequest
 
 log = logging.getLogger(__name__)
@@ -55,15 +62,33 @@ class Controller:
             return 0
         persisted = await self.store.load()
         now = time.monotonic()
+        restored = 0
         for item in persisted:
+            instance = item.instance
+            try:  # what etcd holds gets no further than a registration would
+                check_addresses(
+                    instance.id,
+                    instance.role,
+                    item.node_manager_url,
+                    instance.endpoints,
+                    self.settings.registration,
+                )
+            except AddressRefused as exc:
+                log.warning("not restoring %s from %s: %s", instance.id, self.store.where, exc)
+                continue
             # not routable again until its node manager's heartbeat says the engine is healthy
-            self.registry.restore(item.instance, item.node_manager_url, now)
-            log.info(
-                "restored instance %s (%s) from %s", item.instance.id, item.instance.status, self.store.where
-            )
-        return len(persisted)
+            self.registry.restore(instance, item.node_manager_url, now)
+            restored += 1
+            log.info("restored instance %s (%s) from %s", instance.id, instance.status, self.store.where)
+        return restored
 
     def register(self, registration: Registration) -> InstanceAck:
+        """Raises AddressRefused when the registration names addresses outside the registration policy."""
+        try:
+            check_registration(registration, self.settings.registration)
+        except AddressRefused as exc:
+            log.warning("refused the registration of %s: %s", registration.instance_id, exc)
+            raise
         self._apply(self.registry.register(registration, time.monotonic()))
         log.info(
             "registered %s (%s, engine %s)",
@@ -122,11 +147,19 @@ class Controller:
         return InstanceAck(instance_id=instance_id, status=record.status if record else "deleted")
 
     async def _stop_node_manager(self, url: str, request: TerminateRequest) -> bool:
+        """Ask the node manager to stop, with its instance's credential, at an address the policy admits (a URL
+        restored from etcd is checked here too)."""
+        try:
+            base_url = node_manager_base_url(url, self.settings.registration)
+        except AddressRefused as exc:
+            log.warning("not calling the node manager of %s: %s", request.instance_id, exc)
+            return False
+        credential = instance_credential(self.settings.token, request.instance_id)
         try:
             async with self._session.post(
-                f"{url.rstrip('/')}/node-manager/stop",
+                f"{base_url}/node-manager/stop",
                 json=StopRequest(reason=request.reason).model_dump(),
-                headers=bearer(self.settings.token),
+                headers=bearer(credential),
                 timeout=aiohttp.ClientTimeout(total=STOP_TIMEOUT_S),
             ) as response:
                 return response.status == 200

@@ -4,7 +4,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from motor.protocol.specs import ControllerSpec, EtcdSpec, TlsFiles
+from motor.protocol.specs import ControllerSpec, EtcdSpec, RegistrationPolicy, TlsFiles
 
 
 class SettingsError(ValueError):
@@ -22,6 +22,7 @@ class ControllerSettings:
     expired_timeout: float
     check_interval: float
     reconcile_interval: float
+    registration: RegistrationPolicy
     etcd: EtcdSpec | None
     log_level: str
     mgmt_tls: TlsFiles | None = None
@@ -33,8 +34,9 @@ def controller_settings(spec: ControllerSpec, environ: Mapping[str, str] = os.en
     token = spec.token.resolve(environ)
     if not token:
         raise SettingsError(
-            f"{spec.token.env} is not set: node managers authenticate with this shared token; set the same value "
-            "for the controller and every node manager (`motor deploy` generates one per run)"
+            f"{spec.token.env} is not set: the controller checks node managers' instance credentials (derived from "
+            "this token) and pushes to coordinators with it; give the controller and the coordinators the same "
+            "value (`motor deploy` generates one per run)"
         )
     return ControllerSettings(
         job_id=spec.job_id,
@@ -46,6 +48,7 @@ def controller_settings(spec: ControllerSpec, environ: Mapping[str, str] = os.en
         expired_timeout=spec.expired_timeout,
         check_interval=spec.check_interval,
         reconcile_interval=spec.reconcile_interval,
+        registration=spec.registration,
         etcd=spec.etcd,
         log_level=spec.log_level,
         mgmt_tls=spec.mgmt_tls,

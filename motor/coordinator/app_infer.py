@@ -4,8 +4,10 @@ import asyncio
 import logging
 import re
 import time
+from collections.abc import Collection
 
 from motor.coordinator.asgi import (
+    CLOSE,
     Receive,
     Scope,
     Send,
@@ -25,7 +27,9 @@ from motor.coordinator.errors import HttpError
 from motor.coordinator.health import health, version
 from motor.coordinator.relay import relay_full, relay_stream
 from motor.coordinator.requests import Api, parse_request
+from motor.coordinator.server import EmbeddedServer, make_server
 from motor.coordinator.sse import error_events
+from motor.protocol.specs import TlsFiles
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +38,32 @@ REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
 RETRY_AFTER = [(b"retry-after", b"1")]
 
 
+def inference_server(
+    core: Core, *, keep_alive_timeout: float, log_level: str, tls: TlsFiles | None
+) -> EmbeddedServer:
+    """The OpenAI API's server, its app watching the server's open connections."""
+    app = InferenceApp(core)
+    server = make_server(app, keep_alive_timeout=keep_alive_timeout, log_level=log_level, tls=tls)
+    app.serve_connections(server.server_state.connections)
+    return server
+
+
 class InferenceApp:
     def __init__(self, core: Core) -> None:
         self.core = core
         self.created = int(time.time())
+        self.max_connections = core.config.request_limit.max_connections
+        # The server's open connections (`serve_connections`); requests on connections beyond the cap are refused.
+        self.connections: Collection[object] = ()
+
+    def serve_connections(self, connections: Collection[object]) -> None:
+        self.connections = connections
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
+            return
+        if len(self.connections) > self.max_connections:
+            await self._too_many_connections(send)
             return
         path = scope["path"]
         api = API_BY_PATH.get(path)
@@ -56,11 +79,23 @@ class InferenceApp:
         else:
             await send_error(send, not_found(path))
 
+    async def _too_many_connections(self, send: Send) -> None:
+        self.core.metrics.rejected.labels("too_many_connections").inc()
+        error = HttpError(
+            503,
+            f"the coordinator holds its maximum of {self.max_connections} client connections "
+            "(motor_coordinator_config.request_limit.max_connections); retry shortly",
+            type_="service_unavailable",
+            code="too_many_connections",
+            headers=[*RETRY_AFTER, CLOSE],
+        )
+        await send_error(send, error)
+
     async def _models(self, scope: Scope, send: Send) -> None:
         core = self.core
         try:
             if core.auth is not None:
-                await core.auth.check(scope["headers"])
+                await core.auth.check(scope["headers"], client_host(scope))
         except HttpError as error:
             core.metrics.rejected.labels(error.code or "auth").inc()
             await send_error(send, error)
@@ -94,16 +129,15 @@ class InferenceApp:
         started = time.perf_counter()
         admitted = False
         status = 500
-        request_id = header(scope, b"x-request-id")
-        rid = (
-            request_id.decode()
-            if request_id is not None and REQUEST_ID.match(request_id)
-            else new_request_id()
-        )
+        client_rid = header(scope, b"x-request-id")
+        if client_rid is not None and not REQUEST_ID.match(client_rid):
+            client_rid = None
+        request_id = new_request_id()
+        echoed = [(b"x-request-id", client_rid or request_id.encode())]
         dispatch: Dispatch | None = None
         try:
             if core.auth is not None:
-                await core.auth.check(scope["headers"])
+                await core.auth.check(scope["headers"], client_host(scope))
             if core.rate is not None:
                 self._take_rate_token()
             if not core.in_flight.try_enter():
@@ -117,18 +151,19 @@ class InferenceApp:
                 )
             admitted = True
             metrics.in_flight.inc()
-            raw = await read_body(scope, receive, core.config.request_limit.max_body_bytes)
-            request = parse_request(api, raw, core.models())
-            dispatch = Dispatch(core, request, rid)
+            limits = core.config.request_limit
+            raw = await read_body(scope, receive, limits.max_body_bytes, limits.body_read_timeout)
+            request = parse_request(api, raw, core.models(), core.config.input_config)
+            dispatch = Dispatch(core, request, request_id, client_rid)
             status = await self._serve(dispatch, receive, send)
         except HttpError as error:
             status = error.status
             if (
-                status in (401, 403, 413, 429, 503)
+                status in (401, 403, 408, 413, 429, 503)
                 or status == core.config.rate_limit_config.error_status_code
             ):
                 metrics.rejected.labels(error.code or str(status)).inc()
-            await send_error(send, error, headers=[(b"x-request-id", rid.encode())])
+            await send_error(send, error, headers=echoed)
         finally:
             if admitted:
                 core.in_flight.leave()
@@ -205,7 +240,7 @@ class InferenceApp:
     async def _aborted(self, d: Dispatch, send: Send, response_started: bool) -> int:
         kind = d.abort_kind
         assert kind is not None
-        log.info("request %s ended early: %s", d.request_id, ABORTS[kind].label)
+        log.info("request %s ended early: %s", d.label, ABORTS[kind].label)
         if kind == "infer_timeout":
             message = (
                 f"the request exceeded infer_timeout ({self.core.config.exception_config.infer_timeout:g} s)"
@@ -218,3 +253,9 @@ class InferenceApp:
                     {"type": "http.response.body", "body": error_events(message, "timeout", "infer_timeout")}
                 )
         return ABORTS[kind].status
+
+
+def client_host(scope: Scope) -> str | None:
+    """The client's address as the server saw it (the peer: proxy headers are not trusted)."""
+    client = scope.get("client")
+    return client[0] if client else None

@@ -55,12 +55,12 @@ class ManagementApp:
         max_body_bytes: int,
         *,
         refresh_token: str | None = None,
-        endpoint_load: Callable[[], dict[str, dict[str, float]]] | None = None,
+        endpoint_load: Callable[[], dict[str, dict[str, float | bool | None]]] | None = None,
     ) -> None:
-        """`refresh_token`: the controller's shared token (MOTOR_CONTROLLER_TOKEN); when given, only callers
-        presenting it as `Authorization: Bearer <token>` may change the instance set. `endpoint_load`: the
-        scheduler's in-flight load per endpoint, where one process holds it (with several workers each holds
-        its own and the supervisor none)."""
+        """`refresh_token`: the controller's token (MOTOR_CONTROLLER_TOKEN); only callers presenting it as
+        `Authorization: Bearer <token>` may change the instance set, and without one nobody may.
+        `endpoint_load`: the scheduler's in-flight load per endpoint, where one process holds it (with several
+        workers each holds its own and the supervisor none)."""
         self.control = control
         self._endpoint_load = endpoint_load
         self.max_body_bytes = max_body_bytes
@@ -135,7 +135,10 @@ class ManagementApp:
         await send_json(send, 200, body)
 
     async def _refresh(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._refresh_token is not None and not _bearer_matches(scope, self._refresh_token):
+        if self._refresh_token is None:
+            await send_error(send, NO_REFRESH_TOKEN)
+            return
+        if not _bearer_matches(scope, self._refresh_token):
             await send_error(send, UNAUTHORIZED_REFRESH)
             return
         try:
@@ -154,13 +157,23 @@ class ManagementApp:
         await send_json(send, 200, result.model_dump())
 
 
-UNAUTHORIZED_REFRESH = HttpError(
-    401,
+def _refresh_refused(message: str) -> HttpError:
+    return HttpError(
+        401,
+        message,
+        type_="authentication_error",
+        code="invalid_token",
+        headers=[(b"www-authenticate", b'Bearer realm="motor"')],
+    )
+
+
+UNAUTHORIZED_REFRESH = _refresh_refused(
     "missing or wrong bearer token: POST /instances/refresh needs `Authorization: Bearer <token>` with the "
-    "MOTOR_CONTROLLER_TOKEN this coordinator was started with (the controller sends its own; give both the same)",
-    type_="authentication_error",
-    code="invalid_token",
-    headers=[(b"www-authenticate", b'Bearer realm="motor"')],
+    "MOTOR_CONTROLLER_TOKEN this coordinator was started with (the controller sends its own; give both the same)"
+)
+NO_REFRESH_TOKEN = _refresh_refused(
+    "this coordinator was started without MOTOR_CONTROLLER_TOKEN, so it accepts no POST /instances/refresh: give "
+    "it the controller's token"
 )
 
 

@@ -1,5 +1,6 @@
 """Small raw-ASGI helpers shared by the coordinator's apps (no framework on the hot path)."""
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -21,8 +22,29 @@ def header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
-async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
-    """The request body; 413 as soon as it is known to exceed `limit` bytes."""
+CLOSE = (b"connection", b"close")
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int, timeout: float | None = None) -> bytes:
+    """The request body; 413 as soon as it is known to exceed `limit` bytes, 408 (and the connection closed)
+    when it has not all arrived within `timeout` seconds."""
+    if timeout is None:
+        return await _read_body(scope, receive, limit)
+    try:
+        async with asyncio.timeout(timeout):
+            return await _read_body(scope, receive, limit)
+    except TimeoutError:
+        raise HttpError(
+            408,
+            f"the request body did not arrive within {timeout:g} s "
+            "(motor_coordinator_config.request_limit.body_read_timeout)",
+            type_="invalid_request_error",
+            code="request_timeout",
+            headers=[CLOSE],
+        ) from None
+
+
+async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     declared = header(scope, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)

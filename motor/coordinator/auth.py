@@ -1,8 +1,11 @@
 """API keys (`api_key_config`): plain keys or PBKDF2 records `salt:iterations:hexhash`.
 
 hexhash = hashlib.pbkdf2_hmac("sha256", key.encode(), salt.encode(), iterations).hex() — see
-`hash_api_key`. Verifying a PBKDF2 record is deliberately slow, so it runs off the event loop and its
-outcome is remembered per presented key (by SHA-256) in a bounded cache.
+`hash_api_key`. A presented key is known by its SHA-256 fingerprint, compared in constant time with the plain
+keys' and looked up among the hashed keys already verified (at most one entry per record, so nothing evicts
+them). Any other key costs its client address a token of `attempts_per_client` before it is looked at (→ 429
+when none is left); then a recently refused key is refused at once (a bounded cache of its own), and only an
+unknown one runs PBKDF2 — off the event loop, one at a time.
 """
 
 import asyncio
@@ -14,10 +17,11 @@ from dataclasses import dataclass
 
 from motor.config.models import ApiKeyConfig
 from motor.coordinator.errors import HttpError
+from motor.coordinator.limits import ClientBuckets
 
 HASHED_KEY = re.compile(r"^([^:]+):(\d+):([0-9a-fA-F]{64})$")
 DEFAULT_ITERATIONS = 100_000
-CACHE_LIMIT = 4096
+REFUSED_CACHE_LIMIT = 4096
 
 
 def hash_api_key(key: str, *, iterations: int = DEFAULT_ITERATIONS, salt: str | None = None) -> str:
@@ -52,20 +56,29 @@ class ApiKeyVerifier:
         self.prefix = config.key_prefix.encode()
         self._plain: list[bytes] = []
         self._hashed: list[_HashedKey] = []
-        for key in config.valid_keys:
+        for index, key in enumerate(config.valid_keys):
             match = HASHED_KEY.match(key)
             if match:
                 salt, iterations, digest = match.groups()
+                if int(iterations) < 1:
+                    raise ValueError(
+                        f"motor_coordinator_config.api_key_config.valid_keys[{index}]: a PBKDF2 record needs at "
+                        "least 1 iteration; make one with motor.coordinator.auth.hash_api_key"
+                    )
                 self._hashed.append(_HashedKey(salt.encode(), int(iterations), bytes.fromhex(digest)))
             else:
-                self._plain.append(key.encode())
-        self._verdicts: dict[bytes, bool] = {}
+                self._plain.append(_fingerprint(key.encode()))
+        self._verified: set[bytes] = set()  # fingerprints of hashed keys that matched
+        self._refused: dict[bytes, None] = {}  # fingerprints of recent wrong keys, oldest first
+        self._attempts = ClientBuckets(config.attempts_per_client, config.attempts_window)
+        self._pbkdf2 = asyncio.Semaphore(1)
         self.slow_verifications = 0  # PBKDF2 verifications run (cache misses); lets tests observe the cache
         scheme = config.key_prefix.strip() or "ApiKey"
         self._challenge = [(b"www-authenticate", f'{scheme} realm="motor"'.encode())]
 
-    async def check(self, headers: list[tuple[bytes, bytes]]) -> None:
-        """Raise 401 when no key is presented as `<header_name>: <key_prefix><key>`, 403 when it is wrong."""
+    async def check(self, headers: list[tuple[bytes, bytes]], client: str | None = None) -> None:
+        """Raise 401 when no key is presented as `<header_name>: <key_prefix><key>`, 403 when it is wrong,
+        429 when `client` (its address) has no attempts left for a key not known to be valid."""
         value = None
         for name, header_value in headers:
             if name == self.header:
@@ -81,21 +94,47 @@ class ApiKeyVerifier:
                 headers=self._challenge,
             )
         key = value[len(prefix) :].strip()
-        if not await self._valid(key):
+        fingerprint = _fingerprint(key)
+        if self._known_valid(fingerprint):
+            return
+        if client is not None and not self._attempts.try_take(client):
+            raise HttpError(
+                429,
+                "too many attempts with API keys that are not valid from this address; retry later",
+                type_="rate_limit_error",
+                code="too_many_key_attempts",
+                headers=[(b"retry-after", b"%d" % max(1, round(self._attempts.retry_after())))],
+            )
+        if fingerprint in self._refused or not await self._verify(key, fingerprint):
             raise HttpError(403, "the API key is not valid", type_="permission_error", code="invalid_api_key")
 
-    async def _valid(self, key: bytes) -> bool:
-        for plain in self._plain:
-            if hmac.compare_digest(plain, key):
-                return True
+    def _known_valid(self, fingerprint: bytes) -> bool:
+        matched = False
+        for plain in self._plain:  # every key compared: the time does not tell which one matched
+            matched |= hmac.compare_digest(plain, fingerprint)
+        return matched or fingerprint in self._verified
+
+    async def _verify(self, key: bytes, fingerprint: bytes) -> bool:
         if not self._hashed:
-            return False
-        fingerprint = hashlib.sha256(key).digest()
-        verdict = self._verdicts.get(fingerprint)
-        if verdict is None:
+            return self._refuse(fingerprint)
+        async with self._pbkdf2:
+            if fingerprint in self._verified:  # verified while this check waited for its turn
+                return True
+            if fingerprint in self._refused:
+                return False
             self.slow_verifications += 1
-            verdict = await asyncio.to_thread(lambda: any(h.matches(key) for h in self._hashed))
-            if len(self._verdicts) >= CACHE_LIMIT:
-                self._verdicts.pop(next(iter(self._verdicts)))
-            self._verdicts[fingerprint] = verdict
-        return verdict
+            valid = await asyncio.to_thread(lambda: any(h.matches(key) for h in self._hashed))
+        if valid:
+            self._verified.add(fingerprint)
+            return True
+        return self._refuse(fingerprint)
+
+    def _refuse(self, fingerprint: bytes) -> bool:
+        if len(self._refused) >= REFUSED_CACHE_LIMIT:
+            del self._refused[next(iter(self._refused))]
+        self._refused[fingerprint] = None
+        return False
+
+
+def _fingerprint(key: bytes) -> bytes:
+    return hashlib.sha256(key).digest()

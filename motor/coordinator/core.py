@@ -11,6 +11,7 @@ from motor.coordinator.dispatch.observe import MetricsObserver
 from motor.coordinator.limits import InFlightLimit, SharedState, TokenBucket
 from motor.coordinator.metrics import CoordinatorMetrics
 from motor.coordinator.registry import InstanceRegistry
+from motor.coordinator.scheduling.health import StallPolicy
 from motor.coordinator.scheduling.scheduler import Scheduler
 from motor.coordinator.settings import CoordinatorSettings
 from motor.coordinator.upstream import UpstreamPool
@@ -48,7 +49,9 @@ class Core:
             affinity_max_load_ratio=scheduling.affinity_max_load_ratio,
             admission_max_prefill_tokens=scheduling.admission_max_prefill_tokens,
             admission_max_decode_requests=scheduling.admission_max_decode_requests,
+            stall_policy=StallPolicy(scheduling.stall_degraded_after, scheduling.stall_recovery_half_life),
         )
+        self.scheduler.health_changed = self.observer.health_changed
         self.registry.subscribe(self.scheduler.set_targets)
         self.callbacks = CallbackRegistry()
         self.auth = ApiKeyVerifier(config.api_key_config) if config.api_key_config.enable_api_key else None

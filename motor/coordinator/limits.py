@@ -119,3 +119,32 @@ class InFlightLimit:
         if self.limit is not None and self._shared is not None:
             with self._shared.locked() as m:
                 _SLOT.pack_into(m, self._offset, self.local)
+
+
+class ClientBuckets:
+    """A token bucket per client address (`capacity` tokens refilled over `window` s), for this process.
+
+    Bounded: beyond `max_clients` addresses the longest-known one is forgotten (it starts full again)."""
+
+    def __init__(self, capacity: int, window: float, max_clients: int = 65536) -> None:
+        self.capacity = float(capacity)
+        self.rate = capacity / window
+        self.max_clients = max_clients
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def try_take(self, client: str) -> bool:
+        now = time.monotonic()
+        state = self._buckets.get(client)
+        if state is None:
+            if len(self._buckets) >= self.max_clients:
+                del self._buckets[next(iter(self._buckets))]
+            tokens = self.capacity
+        else:
+            tokens, last = state
+            tokens = min(self.capacity, tokens + (now - last) * self.rate)
+        allowed = tokens >= 1.0
+        self._buckets[client] = (tokens - 1.0 if allowed else tokens, now)
+        return allowed
+
+    def retry_after(self) -> float:
+        return 1.0 / self.rate

@@ -100,6 +100,21 @@ class CoordinatorMetrics:
             ["reason"],
             registry=registry,
         )
+        self.prefill_stalls = Counter(
+            "motor_coordinator_prefill_stalls",
+            "Prefill legs that missed their own deadline (prompt size / the instance's measured prefill rate) and "
+            "moved to another instance",
+            ["instance"],
+            registry=registry,
+        )
+        self.instance_degraded = Gauge(
+            "motor_coordinator_instance_degraded",
+            "1 while an instance is degraded by repeated prefill stalls (it gets legs only when no other "
+            "instance can take them), 0 once it recovered",
+            ["instance", "role"],
+            registry=registry,
+            multiprocess_mode="max",
+        )
         self.rejected = Counter(
             "motor_coordinator_rejected",
             "Requests refused before dispatch",

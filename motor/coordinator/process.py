@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from motor import __version__
 from motor.coordinator.app_callback import CallbackApp
-from motor.coordinator.app_infer import InferenceApp
+from motor.coordinator.app_infer import inference_server
 from motor.coordinator.app_mgmt import ManagementApp
 from motor.coordinator.core import Core
 from motor.coordinator.metrics import CoordinatorMetrics, InfoCollector, InstanceCollector
@@ -65,9 +65,7 @@ async def run_single_process(settings: CoordinatorSettings, stop: asyncio.Event)
     level = config.logging_config.log_level
     control.servers = [
         (
-            make_server(
-                InferenceApp(core), keep_alive_timeout=keep_alive, log_level=level, tls=settings.infer_tls
-            ),
+            inference_server(core, keep_alive_timeout=keep_alive, log_level=level, tls=settings.infer_tls),
             infer_socket,
         ),
         (

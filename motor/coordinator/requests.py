@@ -1,9 +1,17 @@
-"""Client request parsing and validation (→ 400 with an OpenAI error body) and its cost estimate."""
+"""Client request parsing and validation (→ 400 with an OpenAI error body) and its cost estimate.
+
+Hostile bodies are answered with 400s, never 5xx: bodies that are not UTF-8 JSON, NaN/Infinity, numbers
+out of a 64-bit range, nesting deeper than `input_config.max_json_depth`, out-of-range counts, and KV transfer
+fields (only motor sets those: a client's would point engines at any address, `input_config.kv_transfer_params`).
+"""
 
 import json
+import math
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from motor.config.models import InputConfig
 from motor.coordinator.errors import HttpError, bad_request
 from motor.coordinator.scheduling.demand import Demand
 from motor.coordinator.scheduling.prefix import CHARS_PER_TOKEN
@@ -12,6 +20,37 @@ Api = Literal["chat", "completions"]
 API_PATHS: dict[Api, bytes] = {"chat": b"/v1/chat/completions", "completions": b"/v1/completions"}
 # Used for load accounting only, when the client does not say how many tokens it wants.
 DEFAULT_MAX_NEW_TOKENS = 256
+DEFAULT_INPUT = InputConfig()
+# Fields of the KV handover (docs/kv_transfer_params.md) that motor alone sets on engine legs.
+TRANSFER_FIELDS = ("kv_transfer_params", "bootstrap_host", "bootstrap_port", "bootstrap_room")
+INT_LIMIT = 1 << 63
+# Only a body with a 20-digit run or a 3-digit exponent can hold an integer or float out of range; the
+# stricter (slower) decoder is used for those alone.
+_LARGE_NUMBER = re.compile(rb"\d{20}|[eE][+-]?\d{3}")
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _bounded_int(text: str) -> int:
+    value = int(text)
+    if not -INT_LIMIT <= value < INT_LIMIT:
+        raise ValueError(f"the integer {text[:20]}... is out of the 64-bit range")
+    return value
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text[:40]} is out of the float range")
+    return value
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+_STRICT_DECODER = json.JSONDecoder(
+    parse_constant=_no_constant, parse_int=_bounded_int, parse_float=_finite_float
+)
 
 
 @dataclass(slots=True)
@@ -28,13 +67,13 @@ class ClientRequest:
         return API_PATHS[self.api]
 
 
-def parse_request(api: Api, raw: bytes, models: frozenset[str] | set[str]) -> ClientRequest:
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise bad_request(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+def parse_request(
+    api: Api, raw: bytes, models: frozenset[str] | set[str], limits: InputConfig = DEFAULT_INPUT
+) -> ClientRequest:
+    body = load_body(raw, limits.max_json_depth)
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object")
+    raw = _without_transfer_fields(body, raw, limits)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad_request("'model' is required and must be a non-empty string", param="model")
@@ -50,17 +89,28 @@ def parse_request(api: Api, raw: bytes, models: frozenset[str] | set[str]) -> Cl
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise bad_request("'stream' must be true or false", param="stream")
-    for name in ("max_tokens", "max_completion_tokens", "n"):
+    for name, most, key in (
+        ("max_tokens", limits.max_tokens, "max_tokens"),
+        ("max_completion_tokens", limits.max_tokens, "max_tokens"),
+        ("n", limits.max_n, "max_n"),
+        ("best_of", limits.max_n, "max_n"),
+    ):
         value = body.get(name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise bad_request(f"'{name}' must be a positive integer", param=name)
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most
+        ):
+            raise bad_request(
+                f"'{name}' must be an integer from 1 to {most} (motor_coordinator_config.input_config.{key})",
+                param=name,
+            )
     if (
         "stream_options" in body
         and body["stream_options"] is not None
         and not isinstance(body["stream_options"], dict)
     ):
         raise bad_request("'stream_options' must be an object", param="stream_options")
-    text, token_ids = _chat_prompt(body) if api == "chat" else _completion_prompt(body)
+    items = limits.max_list_items
+    text, token_ids = _chat_prompt(body, items) if api == "chat" else _completion_prompt(body, items)
     prompt_tokens = len(token_ids) if token_ids is not None else -(-len(text) // CHARS_PER_TOKEN)
     max_new = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_NEW_TOKENS
     demand = Demand(
@@ -69,10 +119,74 @@ def parse_request(api: Api, raw: bytes, models: frozenset[str] | set[str]) -> Cl
     return ClientRequest(api=api, raw=raw, body=body, model=model, stream=stream, demand=demand)
 
 
-def _chat_prompt(body: dict[str, Any]) -> tuple[str, None]:
+def load_body(raw: bytes, max_depth: int) -> Any:
+    """The parsed body: strict UTF-8 JSON, numbers in range, at most `max_depth` levels of nesting."""
+    decoder = _STRICT_DECODER if _LARGE_NUMBER.search(raw) else _DECODER
+    try:
+        body = decoder.decode(raw.decode())
+    except UnicodeDecodeError:
+        raise bad_request("the request body is not UTF-8", code="invalid_json") from None
+    except ValueError as exc:
+        raise bad_request(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:
+        raise _too_deep(max_depth) from None
+    # Each level needs a bracket, so a body with few of them cannot be deep: most bodies skip the walk.
+    if raw.count(b"[") + raw.count(b"{") > max_depth and nesting_exceeds(body, max_depth):
+        raise _too_deep(max_depth)
+    return body
+
+
+def nesting_exceeds(value: Any, max_depth: int) -> bool:
+    """Whether `value` nests lists and dicts more than `max_depth` deep (iterative: no recursion limit)."""
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > max_depth:
+            return True
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+    return False
+
+
+def _too_deep(max_depth: int) -> HttpError:
+    return bad_request(
+        f"the request body nests objects and arrays deeper than {max_depth} levels "
+        "(motor_coordinator_config.input_config.max_json_depth)",
+        code="too_deeply_nested",
+    )
+
+
+def _without_transfer_fields(body: dict[str, Any], raw: bytes, limits: InputConfig) -> bytes:
+    """The raw body to forward: a client's KV transfer fields refused (400) or removed, per the policy."""
+    present = [name for name in TRANSFER_FIELDS if name in body]
+    if not present:
+        return raw
+    if limits.kv_transfer_params == "reject":
+        raise bad_request(
+            f"'{present[0]}' is set by the coordinator, not by clients; remove it from the request "
+            "(motor_coordinator_config.input_config.kv_transfer_params)",
+            param=present[0],
+            code="unsupported_parameter",
+        )
+    for name in present:
+        del body[name]
+    return json.dumps(body).encode()
+
+
+def _too_many(param: str, most: int) -> HttpError:
+    return bad_request(
+        f"'{param}' has more than {most} entries (motor_coordinator_config.input_config.max_list_items)",
+        param=param,
+    )
+
+
+def _chat_prompt(body: dict[str, Any], max_items: int) -> tuple[str, None]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty list of message objects", param="messages")
+    if len(messages) > max_items:
+        raise _too_many("messages", max_items)
     pieces = []
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
@@ -82,6 +196,8 @@ def _chat_prompt(body: dict[str, Any]) -> tuple[str, None]:
         if isinstance(content, str):
             pieces.append(content)
         elif isinstance(content, list):
+            if len(content) > max_items:
+                raise _too_many(f"messages[{i}].content", max_items)
             for part in content:
                 if isinstance(part, dict) and isinstance(part.get("text"), str):
                     pieces.append(part["text"])
@@ -93,16 +209,21 @@ def _chat_prompt(body: dict[str, Any]) -> tuple[str, None]:
     return "\n".join(pieces), None
 
 
-def _completion_prompt(body: dict[str, Any]) -> tuple[str, list[int] | None]:
+def _completion_prompt(body: dict[str, Any], max_items: int) -> tuple[str, list[int] | None]:
     prompt = body.get("prompt")
     if isinstance(prompt, str):
         return prompt, None
     if isinstance(prompt, list) and prompt:
-        if all(isinstance(p, str) for p in prompt):
-            return "\n".join(prompt), None
         if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
             return "", prompt
-        if all(isinstance(p, list) and all(isinstance(t, int) for t in p) for p in prompt):
+        if len(prompt) > max_items:
+            raise _too_many("prompt", max_items)
+        if all(isinstance(p, str) for p in prompt):
+            return "\n".join(prompt), None
+        if all(
+            isinstance(p, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in p)
+            for p in prompt
+        ):
             return "", [t for p in prompt for t in p]
     raise bad_request(
         "'prompt' must be a string, a list of strings, a list of token ids or a list of token id lists",

@@ -27,7 +27,7 @@ class CoordinatorSettings:
     owned_by: str  # `owned_by` in /v1/models: the configured engine types (the simulator says it is one)
     run_dir: str | None
     spec_path: Path | None  # where workers of a multi-worker coordinator read the same spec
-    controller_token: str | None  # when set, POST /instances/refresh requires it as a bearer token
+    controller_token: str | None  # POST /instances/refresh requires it as a bearer token (unset: refused)
     infer_tls: TlsFiles | None = None
     mgmt_tls: TlsFiles | None = None
 

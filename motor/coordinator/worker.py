@@ -18,7 +18,7 @@ import uvloop
 from prometheus_client import CollectorRegistry
 
 from motor.coordinator.app_callback import CallbackApp
-from motor.coordinator.app_infer import InferenceApp
+from motor.coordinator.app_infer import inference_server
 from motor.coordinator.core import Core
 from motor.coordinator.limits import SharedState
 from motor.coordinator.metrics import CoordinatorMetrics
@@ -59,9 +59,7 @@ async def run_worker(settings: CoordinatorSettings, index: int, control_fd: int,
     level = config.logging_config.log_level
     servers = [
         (
-            make_server(
-                InferenceApp(core), keep_alive_timeout=keep_alive, log_level=level, tls=settings.infer_tls
-            ),
+            inference_server(core, keep_alive_timeout=keep_alive, log_level=level, tls=settings.infer_tls),
             infer_socket,
         ),
         (make_server(CallbackApp(core), keep_alive_timeout=keep_alive, log_level=level), callback_socket),

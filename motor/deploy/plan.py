@@ -27,7 +27,6 @@ Targets:
   local ports.
 """
 
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -45,6 +44,8 @@ from motor.deploy.engine_command import LaunchError, engine_spec, served_model_n
 from motor.kv.connectors import DispatchProfile
 from motor.kv.pool import engine_store_config, master_args
 from motor.protocol import env as env_names
+from motor.protocol.credentials import instance_credential_env, is_motor_credential
+from motor.protocol.credentials import is_credential_env as is_secret_name
 from motor.protocol.specs import (
     HOST_PLACEHOLDER,
     ComponentSpec,
@@ -52,6 +53,8 @@ from motor.protocol.specs import (
     CoordinatorSpec,
     EtcdSpec,
     NodeManagerSpec,
+    RegistrationPolicy,
+    RolePorts,
     SecretRef,
     TlsFiles,
     dump_spec,
@@ -76,16 +79,20 @@ COORDINATOR = "coordinator"
 COORDINATOR_MGMT = "coordinator-mgmt"  # the Service of the coordinator's management port
 KV_POOL = "kv-pool"
 
-# Kubernetes Secrets: the controller token motor generates once, and what the config itself holds (API keys,
-# env.json credentials), keyed by variable name.
+# Kubernetes Secrets: the controller token motor generates once, what the config itself holds (API keys,
+# env.json credentials) keyed by variable name, and the node managers' credentials keyed by instance id.
 TOKEN_SECRET = "motor-controller-token"
 TOKEN_KEY = "token"
 CREDENTIALS_SECRET = "motor-credentials"
+INSTANCE_CREDENTIALS_SECRET = "motor-instance-credentials"
 ETCD_AUTH_KEYS = {env_names.ETCD_USERNAME: "username", env_names.ETCD_PASSWORD: "password"}
-# env.json variables holding credentials: motor's own, and any whose name says it is one (HF_TOKEN, ...).
-_SECRET_NAME = re.compile(r"TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIAL|API_KEY")
-MOTOR_SECRETS = (env_names.CONTROLLER_TOKEN, env_names.API_KEYS, *ETCD_AUTH_KEYS)
 PROBE_KINDS: tuple[ProbeKind, ...] = ("startup", "readiness", "liveness")
+# Where registrations may point: loopback locally; on Kubernetes the pod networks (`pod_networks`), by default
+# the private ranges, which keeps out loopback, link-local (cloud metadata) and public addresses.
+LOOPBACK_NETWORKS = ("127.0.0.0/8", "::1/128")
+PRIVATE_NETWORKS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")
+# Ordinals on a shared host stay below twice the instance count (motor.config.ports), at most 3 roles x 16.
+SHARED_HOST_ORDINALS = 2 * 3 * 16
 
 
 @dataclass(frozen=True)
@@ -217,11 +224,14 @@ def build_plan(
     coordinator_tls = tls_files(tls.mgmt_of(TLS_COORDINATOR))
     infer_tls = tls_files(tls.infer)
 
-    def motor_component(component: Component) -> Component:
+    def motor_component(component: Component, *, split: bool = True) -> Component:
+        """The component with its argv and, unless `split` was done already, its credentials split off."""
         assert component.spec is not None
         name = spec_file_name(component.name)
         files[name] = dump_spec(component.spec)
         argv = (python, "-m", f"motor.{component.kind}", "--spec", str(PurePosixPath(config_dir) / name))
+        if not split:
+            return Component(**{**component.__dict__, "argv": argv})
         env, secret_env = secrets.split(component.kind, component.env)
         return Component(**{**component.__dict__, "argv": argv, "env": env, "secret_env": secret_env})
 
@@ -272,13 +282,20 @@ def build_plan(
     instance = controller.instance_config
     if controller.etcd_config.enable_etcd_persistence:
         secrets.etcd_auth_secret = controller.etcd_config.etcd_auth_secret
-    components.append(
-        motor_component(
+
+    # split in start order (the controller first), which numbers repeated credential keys of the Secret
+    controller_env, controller_secret_env = secrets.split(
+        "controller", _env(common, topology.env.motor_controller_env, layout, component_run_dir(CONTROLLER))
+    )
+
+    def controller_component(registration: RegistrationPolicy) -> Component:
+        return motor_component(
             Component(
                 name=CONTROLLER,
                 kind="controller",
                 argv=(),
-                env=_env(common, topology.env.motor_controller_env, layout, component_run_dir(CONTROLLER)),
+                env=controller_env,
+                secret_env=controller_secret_env,
                 ports={"api": controller_api.controller_api_port},
                 probes=_probes("api", scheme=url_scheme(controller_tls)),
                 spec=ControllerSpec(
@@ -290,12 +307,17 @@ def build_plan(
                     expired_timeout=instance.instance_expired_timeout,
                     check_interval=instance.instance_manager_check_interval,
                     reconcile_interval=controller.event_config.coordinator_heartbeat_interval,
+                    registration=registration,
                     etcd=etcd_spec(topology) if controller.etcd_config.enable_etcd_persistence else None,
                     mgmt_tls=controller_tls,
                 ),
-            )
+            ),
+            split=False,
         )
-    )
+
+    # The controller's registration policy needs the node managers' ports: it takes its place here once they
+    # are compiled.
+    controller_position = len(components)
 
     coordinator = user.motor_coordinator_config
     coordinator_base = base_spec(COORDINATOR, coordinator.logging_config.log_level)
@@ -339,6 +361,7 @@ def build_plan(
     )
 
     problems: dict[str, ConfigIssue] = {}
+    role_ports: dict[Role, RolePorts] = {}
     for ports in instance_ports(topology.roles, kept_ordinals):
         role_spec = topology.roles[ports.role]  # type: ignore[index]
         if layout.shared_pod:
@@ -374,7 +397,7 @@ def build_plan(
                     "secret_env": [
                         SecretRef(env=name)
                         for name in engine.env
-                        if is_secret_name(name) and name not in MOTOR_SECRETS
+                        if is_secret_name(name) and not is_motor_credential(name)
                     ],
                 }
             )
@@ -382,13 +405,29 @@ def build_plan(
         except LaunchError as exc:
             problems.setdefault(str(exc), ConfigIssue(exc.path, exc.message))
             continue
+        bootstrap = engine.bootstrap_port
+        if bootstrap is not None and layout.shared_pod:
+            bootstrap -= ports.index  # instance i serves on the role's bootstrap port + i
+        role_ports.setdefault(
+            role_spec.role,
+            RolePorts(
+                node_manager_port=role_spec.node_manager.api_config.node_manager_port,
+                engine_port=role_spec.node_manager.endpoint_config.base_port,
+                bootstrap_port=bootstrap,
+            ),
+        )
+        credential = SecretRef(env=instance_credential_env(ports.name))
+        nm_env, nm_secret_env = secrets.split("node_manager", _env(role_spec.env, {}, layout, nm_run_dir))
+        if target == "kubernetes":
+            nm_secret_env += (SecretEnv(credential.env, INSTANCE_CREDENTIALS_SECRET, ports.name),)
         components.append(
             motor_component(
                 Component(
                     name=ports.name,
                     kind="node_manager",
                     argv=(),
-                    env=_env(role_spec.env, {}, layout, nm_run_dir),
+                    env=nm_env,
+                    secret_env=nm_secret_env,
                     ports={"nm": nm_port, "engine": engine_port, "engine-status": status_port},
                     probes=_probes("nm", scheme=url_scheme(nm_tls)),
                     replicas=role_spec.pods_per_instance,
@@ -403,17 +442,26 @@ def build_plan(
                         model_name=model_name,
                         port=nm_port,
                         controller_url=controller_url,
-                        token=token,
+                        credential=credential,
                         heartbeat_interval=role_spec.node_manager.basic_config.heartbeat_interval_seconds,
                         engine=engine,
                         mgmt_tls=nm_tls,
                     ),
-                )
+                ),
+                split=False,
             )
         )
 
     if problems:
         raise ConfigError(list(problems.values()))
+    registration = RegistrationPolicy(
+        networks=list(LOOPBACK_NETWORKS if target == "local" else deploy.pod_networks or PRIVATE_NETWORKS),
+        scheme=url_scheme(controller_tls),
+        roles=role_ports,
+        shared_host=layout.shared_pod,
+        ordinals=SHARED_HOST_ORDINALS,
+    )
+    components.insert(controller_position, controller_component(registration))
     coordinator_host = LOCAL_HOST if target == "local" else service_host(COORDINATOR, deploy.job_id)
     return Plan(
         job_id=deploy.job_id,
@@ -465,15 +513,11 @@ def coordinator_without_secrets(config: CoordinatorConfig) -> CoordinatorConfig:
     )
 
 
-def is_secret_name(name: str) -> bool:
-    return name in MOTOR_SECRETS or bool(_SECRET_NAME.search(name.upper()))
-
-
 # Which motor component may hold which of motor's own secrets (least privilege).
 _MOTOR_SECRETS_OF: dict[str, tuple[str, ...]] = {
     "controller": (env_names.CONTROLLER_TOKEN, *ETCD_AUTH_KEYS),
     "coordinator": (env_names.CONTROLLER_TOKEN, env_names.API_KEYS),
-    "node_manager": (env_names.CONTROLLER_TOKEN,),
+    "node_manager": (),  # its own instance's credential only (`instance_credential_env`)
     "kv_pool": (),
 }
 
@@ -491,7 +535,7 @@ class _Secrets:
 
     def split(self, kind: str, env: dict[str, str]) -> tuple[dict[str, str], tuple[SecretEnv, ...]]:
         allowed = _MOTOR_SECRETS_OF[kind]
-        env = {name: value for name, value in env.items() if name not in MOTOR_SECRETS or name in allowed}
+        env = {name: value for name, value in env.items() if not is_motor_credential(name) or name in allowed}
         if not self._kubernetes:
             return env, ()
         plain: dict[str, str] = {}

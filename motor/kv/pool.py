@@ -3,7 +3,7 @@
 Pure: turns configuration into argument lists and dictionaries; starting processes is `motor.pool`'s job.
 """
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, Strict
 
@@ -12,6 +12,8 @@ from motor.kv.sizes import format_size, parse_size
 DEFAULT_POOL_PORT = 50088
 DEFAULT_METRICS_PORT = 9003
 DEFAULT_LEASE_TTL_MS = 11000
+# mooncake_master's --allocation_strategy values: where the master places a new object's replica.
+AllocationStrategy = Literal["random", "free_ratio_first", "local_first", "cxl", "ssd_free_ratio_first"]
 
 ByteSize = Annotated[int, BeforeValidator(parse_size), PlainSerializer(format_size, return_type=str)]
 
@@ -37,6 +39,9 @@ class KvCachePoolConfig(BaseModel):
     default_kv_lease_ttl: Annotated[int, Strict()] = Field(
         default=DEFAULT_LEASE_TTL_MS, gt=0, description="milliseconds"
     )
+    # None: the master's own default (random). local_first puts an engine's blocks into its own segment while it has
+    # room, so engines sharing a host do not write into each other's segments over TCP.
+    allocation_strategy: AllocationStrategy | None = None
 
 
 def master_args(pool: KvCachePoolConfig, *, bind_host: str) -> list[str]:
@@ -49,6 +54,7 @@ def master_args(pool: KvCachePoolConfig, *, bind_host: str) -> list[str]:
         f"--eviction_high_watermark_ratio={pool.eviction_high_watermark_ratio}",
         f"--eviction_ratio={pool.eviction_ratio}",
         f"--default_kv_lease_ttl={pool.default_kv_lease_ttl}",
+        *([f"--allocation_strategy={pool.allocation_strategy}"] if pool.allocation_strategy else []),
     ]
 
 

@@ -11,7 +11,6 @@ import aiohttp
 from aiohttp import web
 
 from motor.node_manager.app import build_app
-from motor.node_manager.controller_client import Unauthorized
 from motor.node_manager.service import NodeManager
 from motor.node_manager.settings import NodeSettings, SettingsError, node_settings
 from motor.protocol.specs import NodeManagerSpec, SpecError, load_spec
@@ -62,8 +61,10 @@ async def serve(settings: NodeSettings) -> int:
         await finished.wait()
         code = 0
         for exc in failures:
-            log.error("%s", exc, exc_info=not isinstance(exc, Unauthorized))
-            code = 2 if isinstance(exc, Unauthorized) else 1
+            # a wrong credential or refused addresses: a config error, not a crash
+            refused = isinstance(exc, PermissionError)
+            log.error("%s", exc, exc_info=not refused)
+            code = 2 if refused else 1
         if not shut_down:
             await node_manager.shutdown("internal error" if failures else "signal")
         await runner.cleanup()

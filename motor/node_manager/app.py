@@ -1,4 +1,5 @@
-"""The node manager's HTTP API (aiohttp): status, stop (token required), probes and metrics."""
+"""The node manager's HTTP API (aiohttp): status, stop (its instance credential required: the controller
+derives it from its token), probes and metrics."""
 
 import hmac
 from collections.abc import Awaitable, Callable
@@ -30,11 +31,11 @@ async def stop(request: web.Request) -> web.Response:
     node_manager = request.app[NODE_MANAGER_KEY]
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     if scheme != "Bearer" or not hmac.compare_digest(
-        given.strip().encode(), node_manager.settings.token.encode()
+        given.strip().encode(), node_manager.settings.credential.encode()
     ):
         return error_response(
             401,
-            "missing or wrong bearer token (MOTOR_CONTROLLER_TOKEN)",
+            "missing or wrong bearer credential: the controller calls with the credential of this instance",
             "authentication_error",
             "invalid_token",
         )

@@ -1,4 +1,4 @@
-"""Calls from the node manager to the controller: register and heartbeat."""
+"""Calls from the node manager to the controller: register and heartbeat, with its instance credential."""
 
 import aiohttp
 from pydantic import BaseModel, ValidationError
@@ -27,10 +27,14 @@ class Unauthorized(PermissionError):
     pass
 
 
+class RegistrationRefused(PermissionError):
+    """The controller refuses the addresses this node manager announces (its registration policy)."""
+
+
 class ControllerClient:
-    def __init__(self, url: str, token: str, session: aiohttp.ClientSession) -> None:
+    def __init__(self, url: str, credential: str, session: aiohttp.ClientSession) -> None:
         self._url = url
-        self._headers = bearer(token)
+        self._headers = bearer(credential)
         self._session = session
 
     async def register(self, registration: Registration) -> InstanceAck:
@@ -53,9 +57,11 @@ class ControllerClient:
             raise ControllerUnreachable(f"{self._url}{path}: {type(exc).__name__}: {exc}") from exc
         if status == 401:
             raise Unauthorized(
-                f"the controller at {self._url} refused the token (401): give this node manager the controller's "
-                "MOTOR_CONTROLLER_TOKEN"
+                f"the controller at {self._url} refused this instance's credential (401): give this node manager "
+                "the credential `motor deploy` derived from the controller's token for its instance"
             )
+        if status == 403:
+            raise RegistrationRefused(f"the controller at {self._url} refused: {_error_message(body)}")
         if status == 404 and _error_code(body) == UNKNOWN_INSTANCE:
             raise NotRegistered(self._url)
         if status != 200:
@@ -73,3 +79,10 @@ def _error_code(body: bytes) -> str | None:
         return ErrorBody.model_validate_json(body).error.code
     except ValidationError:
         return None
+
+
+def _error_message(body: bytes) -> str:
+    try:
+        return ErrorBody.model_validate_json(body).error.message
+    except ValidationError:
+        return body[:200].decode(errors="replace")

@@ -21,7 +21,7 @@ FINAL_HEARTBEAT_TIMEOUT_S = 2.0
 class NodeManager:
     def __init__(self, settings: NodeSettings, session: aiohttp.ClientSession) -> None:
         self.settings = settings
-        self.client = ControllerClient(settings.controller_url, settings.token, session)
+        self.client = ControllerClient(settings.controller_url, settings.credential, session)
         self.supervisor = EngineSupervisor(
             settings.engine, settings.engine_status_url, session, self._engine_changed
         )
@@ -58,17 +58,7 @@ class NodeManager:
         )
 
     def registration(self) -> Registration:
-        settings = self.settings
-        return Registration(
-            instance_id=settings.instance_id,
-            role=settings.role,
-            engine_id=settings.instance_id,
-            model_name=settings.model_name,
-            node_manager_url=settings.url,
-            endpoints=[settings.endpoint],
-            engine_state=self.supervisor.state,
-            engine_restarts=self.supervisor.restarts,
-        )
+        return announced(self.settings, self.supervisor.state, self.supervisor.restarts)
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -110,3 +100,17 @@ class NodeManager:
 
     def _engine_changed(self, state: EngineState) -> None:
         self._beat_now.set()
+
+
+def announced(settings: NodeSettings, engine_state: EngineState, engine_restarts: int = 0) -> Registration:
+    """The registration a node manager with `settings` sends."""
+    return Registration(
+        instance_id=settings.instance_id,
+        role=settings.role,
+        engine_id=settings.instance_id,
+        model_name=settings.model_name,
+        node_manager_url=settings.url,
+        endpoints=[settings.endpoint],
+        engine_state=engine_state,
+        engine_restarts=engine_restarts,
+    )

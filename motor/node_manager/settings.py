@@ -1,10 +1,12 @@
-"""What a node manager needs: its compiled spec, with the controller token read from the environment."""
+"""What a node manager needs: its compiled spec, with its instance credential read from the environment, and
+the engine's environment (motor.node_manager.engine_env)."""
 
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from motor.node_manager.engine_env import engine_environment
 from motor.node_manager.engine_process import EngineCommand
 from motor.protocol.instances import Endpoint, InstanceRole
 from motor.protocol.specs import NodeManagerSpec, TlsFiles, url_scheme
@@ -23,7 +25,7 @@ class NodeSettings:
     port: int
     endpoint: Endpoint
     controller_url: str
-    token: str
+    credential: str  # its instance's (motor.protocol.credentials), never the controller token
     heartbeat_interval: float
     engine: EngineCommand
     log_level: str
@@ -39,13 +41,15 @@ class NodeSettings:
 
 
 def node_settings(spec: NodeManagerSpec, environ: Mapping[str, str] = os.environ) -> NodeSettings:
-    token = spec.token.resolve(environ)
-    if not token:
+    credential = spec.credential.resolve(environ)
+    if not credential:
         raise SettingsError(
-            f"{spec.token.env} is not set: the node manager authenticates to the controller with this shared "
-            "token; give it the controller's value (`motor deploy` generates one per run)"
+            f"{spec.credential.env} is not set: the node manager authenticates to the controller with the "
+            f"credential of instance {spec.instance_id}, which `motor deploy` derives from the controller token "
+            "(motor.protocol.credentials.instance_credential)"
         )
     engine = spec.engine
+    credentials = {ref.env: environ[ref.env] for ref in engine.secret_env if ref.env in environ}
     host = spec.advertise_host
     return NodeSettings(
         instance_id=spec.instance_id,
@@ -57,11 +61,11 @@ def node_settings(spec: NodeManagerSpec, environ: Mapping[str, str] = os.environ
             host=host, port=engine.port, status_port=engine.status_port, bootstrap_port=engine.bootstrap_port
         ),
         controller_url=spec.controller_url.rstrip("/"),
-        token=token,
+        credential=credential,
         heartbeat_interval=spec.heartbeat_interval,
         engine=EngineCommand(
             list(engine.argv),
-            dict(engine.env),
+            engine_environment(environ, engine.env, credentials),
             dict(engine.files),
             Path(engine.log_path),
             Path(engine.pid_path),

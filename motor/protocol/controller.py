@@ -1,9 +1,12 @@
 """Node manager ↔ controller messages: `POST /controller/register`, `/controller/heartbeat`,
 `/controller/terminate_instance`, and the instance listing `GET /controller/instances`.
 
-Every POST carries `Authorization: Bearer <MOTOR_CONTROLLER_TOKEN>`; a missing or wrong token is HTTP 401.
-A heartbeat for an instance the controller does not know is HTTP 404 with error code `unknown_instance`:
-the node manager then registers again.
+A registration or heartbeat carries `Authorization: Bearer <credential>` with the credential of the instance it
+names (`motor.protocol.credentials.instance_credential`); terminating and listing instances carry the controller
+token (MOTOR_CONTROLLER_TOKEN). A missing or wrong one is HTTP 401. A registration naming addresses outside the
+controller's registration policy (`motor.protocol.specs.RegistrationPolicy`) is HTTP 403 with error code
+`address_not_allowed`. A heartbeat for an instance the controller does not know is HTTP 404 with error code
+`unknown_instance`: the node manager then registers again.
 """
 
 from typing import Literal
@@ -97,5 +100,5 @@ class ErrorBody(Message):
 
 
 def bearer(token: str) -> dict[str, str]:
-    """The header that authenticates a call to the controller (or from it, to a node manager)."""
+    """The header that authenticates a call with a token or an instance credential."""
     return {"Authorization": f"Bearer {token}"}

@@ -6,7 +6,8 @@ etcd credentials: a spec names them by reference and never holds them).
 """
 
 CONTROLLER_TOKEN = "MOTOR_CONTROLLER_TOKEN"
-"""The shared secret of controller, coordinator and node managers; never given to an engine."""
+"""The deployment secret: the controller and the coordinators hold it; node managers get a credential derived
+from it (motor.protocol.credentials) and engines nothing."""
 
 API_KEYS = "MOTOR_API_KEYS"
 """The coordinator's API keys (`api_key_config.valid_keys`), one per line; the spec names this variable."""

@@ -1,6 +1,7 @@
 """Controller → node manager messages: `POST /node-manager/stop`, `GET /node-manager/status`.
 
-`/node-manager/stop` requires the same bearer token as the controller's API (401 otherwise).
+`/node-manager/stop` requires the node manager's instance credential as a bearer token (401 otherwise): the
+controller derives it from its token.
 """
 
 from pydantic import BaseModel, ConfigDict, Field

@@ -10,12 +10,13 @@ user_config.json / env.json again. Two things stay out of a spec on purpose:
 - secrets: a spec names the environment variable that holds one (`SecretRef`), never its value.
 """
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from motor.config.models import CoordinatorConfig, LogLevel
 from motor.kv.connectors import DispatchProfile
@@ -71,6 +72,42 @@ def url_scheme(tls: TlsFiles | None) -> str:
     return "https" if tls is not None else "http"
 
 
+def _network(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value))
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not a network in CIDR notation, e.g. 10.244.0.0/16: {exc}") from None
+
+
+Network = Annotated[str, AfterValidator(_network)]
+
+
+class RolePorts(SpecModel):
+    """The ports the plan gives the node managers and engines of one role (the first instance's, on a shared
+    host)."""
+
+    node_manager_port: Port
+    engine_port: Port = Field(description="the engine's OpenAI API port; its status port is the next one")
+    bootstrap_port: Port | None = Field(default=None, description="a producer's KV bootstrap port")
+
+
+class RegistrationPolicy(SpecModel):
+    """What a registration may announce: the controller calls the node manager URL it names and the
+    coordinators send requests to its endpoints, so an address outside the job is refused (no SSRF through
+    registration)."""
+
+    networks: list[Network] = Field(
+        min_length=1, description="node managers and engines have addresses inside these networks"
+    )
+    scheme: Literal["http", "https"] = Field(description="of node manager URLs (https with management TLS)")
+    roles: dict[InstanceRole, RolePorts]
+    shared_host: bool = Field(
+        description="instances share a host: the one of ordinal k uses node_manager_port + k, engine_port + 2k "
+        "and bootstrap_port + its index (motor.config.ports)"
+    )
+    ordinals: int = Field(ge=1, description="on a shared host, the ordinals the plan can hand out")
+
+
 class ComponentSpec(SpecModel):
     spec_version: Literal[1] = SPEC_VERSION
     name: str
@@ -90,6 +127,7 @@ class ControllerSpec(ComponentSpec):
     expired_timeout: Seconds
     check_interval: Seconds
     reconcile_interval: Seconds
+    registration: RegistrationPolicy
     etcd: EtcdSpec | None = None
     mgmt_tls: TlsFiles | None = Field(default=None, description="its API and its calls to the others")
 
@@ -118,7 +156,10 @@ class EngineSpec(SpecModel):
 
     engine_type: str
     argv: list[str] = Field(min_length=1)
-    env: dict[str, str] = Field(description="set on top of the node manager's environment")
+    env: dict[str, str] = Field(
+        description="env.json's section and what the topology adds; the engine gets these, the allowlisted part "
+        "of the node manager's environment (motor.node_manager.engine_env) and `secret_env`"
+    )
     secret_env: list[SecretRef] = Field(
         default=[],
         description="env.json credentials (HF_TOKEN, ...) the engine takes from the node manager's environment; "
@@ -139,7 +180,9 @@ class NodeManagerSpec(ComponentSpec):
     model_name: str
     port: Port
     controller_url: str
-    token: SecretRef
+    credential: SecretRef = Field(
+        description="its instance's registration credential (motor.protocol.credentials), not the controller token"
+    )
     heartbeat_interval: Seconds
     engine: EngineSpec
     mgmt_tls: TlsFiles | None = Field(default=None, description="its API and its calls to the controller")

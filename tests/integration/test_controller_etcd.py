@@ -1,6 +1,6 @@
 """Controller persistence in a real etcd: after a restart the instance set is restored, pushed again once the node
 managers' heartbeats confirm it (recognised without any re-registration), with etcd authentication and TLS,
-and a malformed value does not keep the controller from starting."""
+and a malformed value (or one naming addresses outside the job) does not keep the controller from starting."""
 
 import asyncio
 import signal
@@ -12,7 +12,9 @@ import aetcd
 import httpx
 import pytest
 
+from motor.controller.persistence import PersistedInstance
 from motor.protocol.controller import ControllerState, bearer
+from motor.protocol.instances import Endpoint, Instance
 from tests.fixtures.control import TOKEN, ConfigPair, ControlPlane, RefreshRecorder, sim_config
 from tests.fixtures.etcd import EtcdServer, EtcdTls
 from tests.fixtures.pki import Pki
@@ -218,10 +220,23 @@ async def test_malformed_persisted_values_are_skipped(
     prefix = f"/motor/{config.doc['motor_deploy_config']['job_id']}/controller/instances/"
     etcd_server.etcdctl("put", prefix + "broken", "{not json")
     etcd_server.etcdctl("put", prefix + "stranger", '{"instance": {"id": "x"}}')
+    # well formed, but pointing outside the job: held to the registration policy like a registration
+    elsewhere = PersistedInstance(
+        instance=Instance(
+            id="decode-0",
+            role="decode",
+            engine_id="decode-0",
+            model_name="sim-model",
+            endpoints=[Endpoint(host="169.254.169.254", port=80)],
+        ),
+        node_manager_url="http://169.254.169.254:80",
+    )
+    etcd_server.etcdctl("put", prefix + "decode-0", elsewhere.model_dump_json())
     controller = control_plane.controller(config, coordinators=recorder.url)
     control_plane.node_manager(config, "prefill", 0, k=0)
     await wait_status(config, "prefill-0", "active")
     log = controller.log_text()
     assert f"skipping {prefix}broken" in log and f"skipping {prefix}stranger" in log
+    assert "not restoring decode-0" in log and "outside the job's networks" in log
     state = await controller_state(config)
     assert [v.instance.id for v in state.instances] == ["prefill-0"]

@@ -11,8 +11,17 @@ import httpx
 import pytest
 
 from motor.protocol.controller import ControllerState, InstanceAck, Registration, bearer
+from motor.protocol.credentials import instance_credential
 from motor.protocol.instances import Endpoint
-from tests.fixtures.control import TOKEN, ConfigPair, ControlPlane, RefreshRecorder, sim_config
+from motor.protocol.specs import NodeManagerSpec
+from tests.fixtures.control import (
+    TOKEN,
+    ConfigPair,
+    ControlPlane,
+    RefreshRecorder,
+    compiled_specs,
+    sim_config,
+)
 
 FAST = {
     "motor_controller_config": {
@@ -27,18 +36,33 @@ FAST = {
 AUTH = bearer(TOKEN)
 
 
+def credential(instance_id: str) -> dict[str, str]:
+    """The header a node manager of `instance_id` authenticates with."""
+    return bearer(instance_credential(TOKEN, instance_id))
+
+
 def registration(
-    instance_id: str = "prefill-0", state: str = "starting", port: int = 20001
+    config: ConfigPair, instance_id: str = "prefill-0", state: str = "starting"
 ) -> dict[str, Any]:
+    """The registration the node manager of `instance_id` sends, at the addresses the plan gives it."""
+    spec = compiled_specs(config, config.directory / "run")[instance_id]
+    assert isinstance(spec, NodeManagerSpec)
     return Registration(
         instance_id=instance_id,
-        role="prefill" if instance_id.startswith("prefill") else "decode",
+        role=spec.role,
         engine_id=instance_id,
         model_name="sim-model",
-        node_manager_url="http://127.0.0.1:9",
-        endpoints=[Endpoint(host="127.0.0.1", port=port, status_port=port + 1)],
+        node_manager_url=f"http://127.0.0.1:{spec.port}",
+        endpoints=[Endpoint(host="127.0.0.1", port=spec.engine.port, status_port=spec.engine.status_port)],
         engine_state=state,  # type: ignore[arg-type]
     ).model_dump(mode="json")
+
+
+async def register(
+    client: httpx.AsyncClient, config: ConfigPair, instance_id: str = "prefill-0", state: str = "starting"
+) -> httpx.Response:
+    body = registration(config, instance_id, state)
+    return await client.post("/controller/register", json=body, headers=credential(instance_id))
 
 
 async def state(client: httpx.AsyncClient) -> ControllerState:
@@ -56,7 +80,9 @@ async def status_of(client: httpx.AsyncClient, instance_id: str) -> str | None:
 
 async def heartbeat(client: httpx.AsyncClient, instance_id: str, engine_state: str) -> httpx.Response:
     return await client.post(
-        "/controller/heartbeat", json={"instance_id": instance_id, "engine_state": engine_state}, headers=AUTH
+        "/controller/heartbeat",
+        json={"instance_id": instance_id, "engine_state": engine_state},
+        headers=credential(instance_id),
     )
 
 
@@ -79,23 +105,26 @@ async def controller_client(
     *recorders: RefreshRecorder,
     overrides: dict[str, Any] | None = None,
     timeout: float = 5,
-) -> AsyncIterator[httpx.AsyncClient]:
+) -> AsyncIterator[tuple[httpx.AsyncClient, ConfigPair]]:
     """A controller process (the sim example without a pool, `overrides` or FAST) pushing to `recorders` (the
-    test starts them), and a client of its API."""
+    test starts them), a client of its API and the config (its node managers' addresses)."""
     config = controller_config(tmp_path, overrides)
     control_plane.controller(config, coordinators=",".join(recorder.url for recorder in recorders))
     async with httpx.AsyncClient(base_url=config.controller_url, timeout=timeout) as client:
-        yield client
+        yield client, config
 
 
-async def test_every_controller_call_needs_the_token(
+async def test_every_controller_call_needs_its_credential(
     tmp_path: Path, control_plane: ControlPlane, refresh_recorder: Callable[..., RefreshRecorder]
 ) -> None:
+    """Registrations and heartbeats need the instance's credential (not the token, not another instance's);
+    everything else under /controller/ needs the token. tests/security covers the attacks."""
     recorder = refresh_recorder()
     await recorder.start()
-    async with controller_client(tmp_path, control_plane, recorder) as client:
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
-            response = await client.post("/controller/register", json=registration(), headers=headers)
+    async with controller_client(tmp_path, control_plane, recorder) as (client, config):
+        body = registration(config)
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}, AUTH):
+            response = await client.post("/controller/register", json=body, headers=headers)
             assert response.status_code == 401, response.text
             assert response.json()["error"]["code"] == "invalid_token"
         for path, body in (
@@ -106,10 +135,10 @@ async def test_every_controller_call_needs_the_token(
         assert (await client.get("/controller/instances")).status_code == 401
         assert (await state(client)).instances == []
 
-        response = await client.post("/controller/register", json=registration(), headers=AUTH)
+        response = await register(client, config)
         assert response.status_code == 200
         assert InstanceAck.model_validate(response.json()).status == "initial"
-        bad = await client.post("/controller/register", json={"instance_id": "x"}, headers=AUTH)
+        bad = await client.post("/controller/register", json={"instance_id": "x"}, headers=credential("x"))
         assert bad.status_code == 400
         assert bad.json()["error"]["type"] == "invalid_request_error"
         for probe in ("/startup", "/readiness", "/liveness"):
@@ -121,8 +150,8 @@ async def test_lifecycle_follows_heartbeats_engine_health_and_timeouts(
 ) -> None:
     recorder = refresh_recorder()
     await recorder.start()
-    async with controller_client(tmp_path, control_plane, recorder) as client:
-        ack = await client.post("/controller/register", json=registration(state="starting"), headers=AUTH)
+    async with controller_client(tmp_path, control_plane, recorder) as (client, config):
+        ack = await register(client, config, state="starting")
         assert ack.json()["status"] == "initial"
         assert (await heartbeat(client, "prefill-0", "starting")).json()["status"] == "initial"
 
@@ -148,7 +177,7 @@ async def test_lifecycle_follows_heartbeats_engine_health_and_timeouts(
         assert response.json()["error"]["code"] == "unknown_instance"
 
         # an instance that never became healthy expires from initial too
-        await client.post("/controller/register", json=registration("decode-0", port=20003), headers=AUTH)
+        await register(client, config, "decode-0")
         await wait_status(client, "decode-0", "initial", timeout=1)
         await wait_status(client, "decode-0", None)
 
@@ -158,8 +187,8 @@ async def test_heartbeats_keep_an_instance_active(
 ) -> None:
     recorder = refresh_recorder()
     await recorder.start()
-    async with controller_client(tmp_path, control_plane, recorder) as client:
-        await client.post("/controller/register", json=registration(state="healthy"), headers=AUTH)
+    async with controller_client(tmp_path, control_plane, recorder) as (client, config):
+        await register(client, config, state="healthy")
         for _ in range(12):  # 3 s: longer than both timeouts, one beat every 0.25 s
             assert (await heartbeat(client, "prefill-0", "healthy")).json()["status"] == "active"
             await asyncio.sleep(0.25)
@@ -173,8 +202,8 @@ async def test_terminate_stops_routing_and_forgets_the_instance(
 ) -> None:
     recorder = refresh_recorder()
     await recorder.start()
-    async with controller_client(tmp_path, control_plane, recorder, timeout=15) as client:
-        await client.post("/controller/register", json=registration(state="healthy"), headers=AUTH)
+    async with controller_client(tmp_path, control_plane, recorder, timeout=15) as (client, config):
+        await register(client, config, state="healthy")
         await recorder.wait_for(lambda r: r.routable() == {"prefill-0"})
         response = await client.post(
             "/controller/terminate_instance",

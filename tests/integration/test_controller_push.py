@@ -10,7 +10,7 @@ import httpx
 from motor.pool.net import free_port_block
 from motor.protocol.controller import ControllerState, bearer
 from tests.fixtures.control import TOKEN, ControlPlane, RefreshRecorder
-from tests.integration.test_controller_lifecycle import controller_client, heartbeat, registration
+from tests.integration.test_controller_lifecycle import controller_client, heartbeat, register
 
 AUTH = bearer(TOKEN)
 
@@ -35,9 +35,9 @@ async def test_failed_pushes_are_retried_until_acknowledged(
             "event_config": {"coordinator_heartbeat_interval": 60},
         }
     }
-    async with controller_client(tmp_path, control_plane, flaky, steady, overrides=quiet) as client:
-        for instance_id, port in (("prefill-0", 20001), ("decode-0", 20003)):
-            await client.post("/controller/register", json=registration(instance_id, port=port), headers=AUTH)
+    async with controller_client(tmp_path, control_plane, flaky, steady, overrides=quiet) as (client, config):
+        for instance_id in ("prefill-0", "decode-0"):
+            await register(client, config, instance_id)
             await heartbeat(client, instance_id, "healthy")
         await heartbeat(client, "decode-0", "unhealthy")
 
@@ -61,8 +61,8 @@ async def test_a_coordinator_that_starts_late_gets_the_full_set(
     tmp_path: Path, control_plane: ControlPlane, refresh_recorder: Callable[..., RefreshRecorder]
 ) -> None:
     late = refresh_recorder(port=free_port_block(1))
-    async with controller_client(tmp_path, control_plane, late) as client:  # not started yet
-        await client.post("/controller/register", json=registration(state="healthy"), headers=AUTH)
+    async with controller_client(tmp_path, control_plane, late) as (client, config):  # not started yet
+        await register(client, config, state="healthy")
         async with asyncio.timeout(10):
             while not (await links(client)).coordinators[0].last_error:
                 await asyncio.sleep(0.05)
@@ -82,8 +82,8 @@ async def test_reconciliation_repairs_a_coordinator_that_lost_its_state(
             "event_config": {"coordinator_heartbeat_interval": 0.5},
         }
     }
-    async with controller_client(tmp_path, control_plane, recorder, overrides=keep_alive) as client:
-        await client.post("/controller/register", json=registration(state="healthy"), headers=AUTH)
+    async with controller_client(tmp_path, control_plane, recorder, overrides=keep_alive) as (client, config):
+        await register(client, config, state="healthy")
         await recorder.wait_for(lambda r: r.routable() == {"prefill-0"})
         recorder.view.clear()  # as if the coordinator restarted
         await recorder.wait_for(lambda r: r.routable() == {"prefill-0"})
@@ -95,8 +95,8 @@ async def test_a_stopped_heartbeat_is_answered_once_the_coordinators_stopped_rou
 ) -> None:
     recorder = refresh_recorder()
     await recorder.start()
-    async with controller_client(tmp_path, control_plane, recorder) as client:
-        await client.post("/controller/register", json=registration(state="healthy"), headers=AUTH)
+    async with controller_client(tmp_path, control_plane, recorder) as (client, config):
+        await register(client, config, state="healthy")
         await recorder.wait_for(lambda r: r.routable() == {"prefill-0"})
         # the coordinator refuses the next two pushes: the `del` is acknowledged only by the retry after them
         recorder.fail_first = recorder.calls + 2

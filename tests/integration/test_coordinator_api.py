@@ -18,6 +18,7 @@ from motor.protocol.controller import ControllerState, bearer
 from motor.protocol.instances import Endpoint, Instance
 from tests.fixtures.control import TOKEN, ControlPlane, sim_config
 from tests.fixtures.coordinator import (
+    TEST_TOKEN,
     CoordinatorProcess,
     StartCoordinator,
     coordinator_metric,
@@ -212,7 +213,9 @@ async def test_refresh_events_drive_readiness_and_dispatch(coordinators: StartCo
         assert coordinator.mgmt_get("/readiness")[1]["missing_roles"] == ["prefill", "decode"]
         assert coordinator.mgmt_get("/instances")[1]["instances"][0]["status"] == "inactive"
     async with httpx.AsyncClient(base_url=coordinator.mgmt_url, timeout=30) as mgmt:
-        bad = await mgmt.post("/instances/refresh", json={"event": "replace", "instances": []})
+        bad = await mgmt.post(
+            "/instances/refresh", json={"event": "replace", "instances": []}, headers=bearer(TEST_TOKEN)
+        )
         assert "event" in assert_openai_error(bad, 400)["message"]
     metrics = coordinator.mgmt_get("/metrics")[1]
     assert 'motor_coordinator_instances{role="prefill",state="inactive"} 1.0' in metrics
@@ -241,7 +244,7 @@ async def test_a_request_waits_within_its_retry_budget_for_an_instance(
     assert coordinator_metric(coordinator, waiting) >= 1
 
 
-async def test_instance_refresh_needs_the_controller_token_when_the_coordinator_has_one(
+async def test_instance_refresh_needs_the_controller_token(
     coordinators: StartCoordinator, union: SimEngine
 ) -> None:
     coordinator = coordinators(profile="aggregated", env={"MOTOR_CONTROLLER_TOKEN": "refresh-token-1"})
@@ -268,6 +271,19 @@ async def test_instance_refresh_needs_the_controller_token_when_the_coordinator_
     assert (
         coordinator.register([], event="set")["version"] == 2
     )  # the fixture sends the token it started with
+
+
+async def test_a_coordinator_without_the_controller_token_accepts_no_refresh(
+    coordinators: StartCoordinator, union: SimEngine
+) -> None:
+    coordinator = coordinators(profile="aggregated", env={"MOTOR_CONTROLLER_TOKEN": ""})
+    event = {"event": "set", "instances": [sim_instance(union, "union").model_dump(mode="json")]}
+    async with httpx.AsyncClient(base_url=coordinator.mgmt_url, timeout=10) as mgmt:
+        for headers in ({}, {"Authorization": "Bearer x"}, bearer(TEST_TOKEN)):
+            refused = await mgmt.post("/instances/refresh", json=event, headers=headers)
+            message = assert_openai_error(refused, 401, "invalid_token")["message"]
+            assert "started without MOTOR_CONTROLLER_TOKEN" in message
+        assert (await mgmt.get("/readiness")).json()["instance_set_version"] == 0
 
 
 async def test_the_controller_pushes_with_its_token(

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from motor.pool.net import free_local_ports
+from tests.fixtures.sim import SIM_ADMIN, SIM_ADMIN_TOKEN, SIM_ADMIN_TOKEN_VAR
 
 WAIT_S = 30.0
 
@@ -33,7 +34,8 @@ class WrappedSim:
         ]  # fmt: skip
         self.log_path = log_path
         with log_path.open("wb") as log:
-            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            env = {**os.environ, SIM_ADMIN_TOKEN_VAR: SIM_ADMIN_TOKEN}
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
 
     def status(self) -> str | None:
         try:
@@ -61,7 +63,9 @@ class WrappedSim:
         pytest.fail(f"the engine never answered:\n{self.log_path.read_text()}")
 
     def set_faults(self, **faults: object) -> None:
-        response = httpx.post(f"http://127.0.0.1:{self.port}/admin/faults", json=faults, timeout=5)
+        response = httpx.post(
+            f"http://127.0.0.1:{self.port}/admin/faults", json=faults, headers=SIM_ADMIN, timeout=5
+        )
         assert response.status_code == 200, response.text
 
     def engine_pid(self) -> int:

@@ -22,6 +22,7 @@ from motor.config import load_config
 from motor.deploy.k8s.client import APPLY_PATCH
 from motor.deploy.k8s.manifests import ConfigTexts, build_manifests
 from motor.deploy.plan import build_plan
+from motor.protocol.credentials import instance_credential
 from tests.integration.k8s_support import REPO, copy_seed, edit_user_config, sim_user_config, write_config
 
 MODIFYING = ("POST", "PATCH", "PUT", "DELETE")
@@ -111,7 +112,7 @@ async def test_deploy_applies_every_object(
     for key, obj in expected.items():
         assert stored[key] == obj, key
     out = capsys.readouterr().out
-    assert "deployed job mindie-motor to namespace mindie-motor: 14 object(s) via create-or-update" in out
+    assert "deployed job mindie-motor to namespace mindie-motor: 15 object(s) via create-or-update" in out
     assert "Deployment/prefill-0" in out
 
 
@@ -205,12 +206,21 @@ async def test_scale_out_adds_only_the_new_instances(cluster: Cluster, tmp_path:
     mark = len(cluster.requests())
     assert await cluster.motor("deploy", "--config-dir", config, "--update-instance-num") == 0
     changes = cluster.changes_since(mark)
-    assert {name for _, name in changes} == {"motor-config", "prefill-2", "prefill-3"}
-    assert [name for method, name in changes if method == "POST" and name != "motor-config"] == [
+    assert {name for _, name in changes} == {
+        "motor-config",
+        "motor-instance-credentials",
+        "prefill-2",
+        "prefill-3",
+    }
+    assert [name for method, name in changes if method == "POST" and not name.startswith("motor-")] == [
         "prefill-2",
         "prefill-3",
     ]
     stored = cluster.stored()
+    # the new node managers' credentials derive from the token the cluster already holds
+    token = stored["Secret", "motor-controller-token"]["stringData"]["token"]
+    credentials = stored["Secret", "motor-instance-credentials"]["stringData"]
+    assert credentials["prefill-3"] == instance_credential(token, "prefill-3")
     assert deployment_names(stored) >= {"prefill-0", "prefill-1", "prefill-2", "prefill-3", "decode-0"}
     assert stored["Deployment", "prefill-0"] == before["Deployment", "prefill-0"]
     baseline = json.loads(stored["ConfigMap", "motor-config"]["data"]["user_config.json"])

@@ -13,6 +13,7 @@ from motor.config import ConfigError, load_config, load_documents
 from motor.deploy.k8s.manifests import ConfigTexts, build_manifests
 from motor.deploy.k8s.yaml_io import dump_all
 from motor.deploy.plan import build_plan
+from motor.protocol.credentials import instance_credential
 from tests.integration.k8s_support import SEED_DIR, SIM_ENV, example_dirs, sim_union_config, sim_user_config
 
 KUBERNETES_VERSION = "1.33.0"
@@ -96,6 +97,7 @@ def test_seed_objects_and_layout() -> None:
         ("Namespace", "mindie-motor"),
         ("ConfigMap", "motor-config"),
         ("Secret", "motor-controller-token"),
+        ("Secret", "motor-instance-credentials"),
         ("Deployment", "kv-pool"),
         ("Service", "kv-pool"),
         ("Deployment", "controller"),
@@ -234,26 +236,43 @@ def test_addresses_use_services_and_pod_ip() -> None:
     ]
 
 
+def node_manager_credentials(objects: dict[tuple[str, str], Any], token: str) -> None:
+    """Each node manager takes its own instance's credential, derived from `token`, and not the token."""
+    credentials = objects["Secret", "motor-instance-credentials"]["stringData"]
+    assert credentials == {name: instance_credential(token, name) for name in credentials}
+    assert {"prefill-0", "decode-0"} <= set(credentials)
+    for name in ("prefill-0", "decode-0"):
+        env = container(objects["Deployment", name])["env"]
+        assert "MOTOR_CONTROLLER_TOKEN" not in {item["name"] for item in env}
+        (credential,) = [item for item in env if item["name"].startswith("MOTOR_INSTANCE_CREDENTIAL_")]
+        assert credential == {
+            "name": f"MOTOR_INSTANCE_CREDENTIAL_{name.upper().replace('-', '_')}",
+            "valueFrom": {"secretKeyRef": {"name": "motor-instance-credentials", "key": name}},
+        }
+
+
 def test_registration_token_comes_from_a_secret_unless_env_json_sets_it() -> None:
     objects = by_kind_name(manifests_for(SIM_VARIANTS["multi-cpu-sim"], token="fixed-token"))
     assert objects["Secret", "motor-controller-token"]["stringData"] == {"token": "fixed-token"}
-    for name in ("controller", "coordinator", "prefill-0", "decode-0"):
+    for name in ("controller", "coordinator"):
         env = container(objects["Deployment", name])["env"]
         token = next(item for item in env if item["name"] == "MOTOR_CONTROLLER_TOKEN")
         assert token["valueFrom"]["secretKeyRef"] == {"name": "motor-controller-token", "key": "token"}
+    node_manager_credentials(objects, "fixed-token")
     assert "MOTOR_CONTROLLER_TOKEN" not in env_of(objects["Deployment", "kv-pool"])
 
     env_json = {**SIM_ENV, "motor_common_env": {"MOTOR_CONTROLLER_TOKEN": "from-env-json"}}
     objects = by_kind_name(manifests_for(SIM_VARIANTS["multi-cpu-sim"], env_json))
     assert ("Secret", "motor-controller-token") not in objects
     assert objects["Secret", "motor-credentials"]["stringData"] == {"MOTOR_CONTROLLER_TOKEN": "from-env-json"}
-    for name in ("controller", "coordinator", "prefill-0"):
+    for name in ("controller", "coordinator"):
         env = container(objects["Deployment", name])["env"]
         token = next(item for item in env if item["name"] == "MOTOR_CONTROLLER_TOKEN")
         assert token == {
             "name": "MOTOR_CONTROLLER_TOKEN",
             "valueFrom": {"secretKeyRef": {"name": "motor-credentials", "key": "MOTOR_CONTROLLER_TOKEN"}},
         }
+    node_manager_credentials(objects, "from-env-json")
     assert "MOTOR_CONTROLLER_TOKEN" not in env_of(objects["Deployment", "kv-pool"])
     assert "from-env-json" not in json.dumps(objects["ConfigMap", "motor-config"])
 

@@ -180,7 +180,7 @@ async def check_sigterm_stops_the_engine(
     await recorder.wait_for(lambda r: r.routable() == set())
 
 
-async def test_a_node_manager_with_the_wrong_token_stops_its_engine_and_exits(
+async def test_a_node_manager_with_a_wrong_credential_stops_its_engine_and_exits(
     tmp_path: Path, control_plane: ControlPlane, refresh_recorder: Callable[..., RefreshRecorder]
 ) -> None:
     recorder = refresh_recorder()
@@ -190,9 +190,9 @@ async def test_a_node_manager_with_the_wrong_token_stops_its_engine_and_exits(
     try:
         node_manager = control_plane.node_manager(config, "prefill", 0, k=0, token="not-the-token")
     except RuntimeError as exc:  # it may already be gone when its port is first probed
-        assert "refused the token (401)" in str(exc)
+        assert "refused this instance's credential (401)" in str(exc)
         return
     assert node_manager.process.wait(timeout=60) == 2
-    assert "refused the token (401)" in node_manager.log_text()
+    assert "refused this instance's credential (401)" in node_manager.log_text()
     assert all(not pid_alive(pid) for pid in control_plane.engine_pids)
     assert (await controller_state(config)).instances == []

@@ -18,6 +18,7 @@ from motor.deploy.prometheus import CONFIG_FILE, PROMETHEUS_DIR
 from motor.observability.dashboard import JOB_VARIABLE, RATE_WINDOW, build_dashboard, panel_queries
 from tests.fixtures.control import LocalRun
 from tests.fixtures.prometheus import PROMETHEUS, PrometheusServer
+from tests.fixtures.sim import SIM_ADMIN
 
 pytestmark = [
     pytest.mark.slow,
@@ -116,9 +117,9 @@ def test_every_dashboard_query_returns_data(
             next(response.iter_bytes())
         # a prefill engine failing every request: the leg is retried, then the client gets a 5xx
         faults = f"http://127.0.0.1:{engine_port(run, 'prefill-0')}/admin/faults"
-        assert httpx.post(faults, json={"error_rate": 1.0}).status_code == 200
+        assert httpx.post(faults, json={"error_rate": 1.0}, headers=SIM_ADMIN).status_code == 200
         assert client.post("/v1/chat/completions", json=chat(stream=False)).status_code >= 500
-        assert httpx.post(faults, json={"error_rate": 0.0}).status_code == 200
+        assert httpx.post(faults, json={"error_rate": 0.0}, headers=SIM_ADMIN).status_code == 200
         send_traffic(client)
 
     queries = panel_queries(build_dashboard())

@@ -10,7 +10,7 @@ import pytest
 
 from motor.engine.sim.faults import Faults
 from motor.engine.sim.server import CRASH_EXIT_CODE
-from tests.fixtures.sim import SimEngine, StartSimEngine
+from tests.fixtures.sim import SIM_ADMIN, SimEngine, StartSimEngine
 
 BODY = {"prompt": "fault injection test prompt", "max_tokens": 3}
 
@@ -20,7 +20,7 @@ def complete(engine: SimEngine, timeout: float = 10.0) -> httpx.Response:
 
 
 def set_faults(engine: SimEngine, **faults: object) -> httpx.Response:
-    return httpx.post(f"{engine.base_url}/admin/faults", json=faults)
+    return httpx.post(f"{engine.base_url}/admin/faults", json=faults, headers=SIM_ADMIN)
 
 
 async def scrape(client: httpx.AsyncClient) -> dict[str, float]:
@@ -36,7 +36,7 @@ async def scrape(client: httpx.AsyncClient) -> dict[str, float]:
 
 def test_admin_api_reads_and_partially_updates_the_fault_set(sim_engines: StartSimEngine) -> None:
     engine = sim_engines(extra_args=["--fault-kv-corrupt", "--fault-slowdown", "2"])
-    current = httpx.get(f"{engine.base_url}/admin/faults").json()
+    current = httpx.get(f"{engine.base_url}/admin/faults", headers=SIM_ADMIN).json()
     assert current == Faults(kv_corrupt=True, slowdown=2).model_dump()
 
     updated = set_faults(engine, error_rate=0.5)
@@ -50,8 +50,8 @@ def test_admin_api_reads_and_partially_updates_the_fault_set(sim_engines: StartS
     ):
         refused = set_faults(engine, **bad)
         assert refused.status_code == 400 and refused.json()["error"]["param"] == field
-    assert httpx.post(f"{engine.base_url}/admin/faults", content=b"[1]").status_code == 400
-    assert httpx.get(f"{engine.base_url}/admin/faults").json() == updated.json()
+    assert httpx.post(f"{engine.base_url}/admin/faults", content=b"[1]", headers=SIM_ADMIN).status_code == 400
+    assert httpx.get(f"{engine.base_url}/admin/faults", headers=SIM_ADMIN).json() == updated.json()
 
 
 @pytest.mark.parametrize("at_start", [True, False])
@@ -81,7 +81,9 @@ async def test_hang_holds_requests_until_cleared_or_abandoned(sim_engines: Start
             while (await scrape(client))[held] < 2:
                 await asyncio.sleep(0.02)
         assert (await scrape(client))[waiting] == 1 and not pending.done()
-        assert (await client.post("/admin/faults", json={"hang": False})).status_code == 200
+        assert (
+            await client.post("/admin/faults", json={"hang": False}, headers=SIM_ADMIN)
+        ).status_code == 200
         released = await asyncio.wait_for(pending, 5)
         assert released.status_code == 200 and released.json()["choices"][0]["finish_reason"] == "length"
 

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from tests.fixtures.pool import RunningPool
 from tests.fixtures.sim import (
+    SIM_ADMIN,
     SimEngine,
     StartSimEngine,
     expected_tokens,
@@ -48,7 +49,7 @@ class Cluster:
         return response.json()
 
     async def set_faults(self, engine: SimEngine, **faults: Any) -> None:
-        response = await self.http.post(f"{engine.base_url}/admin/faults", json=faults)
+        response = await self.http.post(f"{engine.base_url}/admin/faults", json=faults, headers=SIM_ADMIN)
         assert response.status_code == 200, response.text
 
     async def metric(self, engine: SimEngine, name: str) -> float:

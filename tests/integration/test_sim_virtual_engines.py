@@ -11,7 +11,14 @@ from motor.engine.sim.capacity import CapacityModel
 from motor.engine.sim.cli import capacity_flags
 from motor.engine.sim.tokenizer import encode
 from tests.fixtures.pool import RunningPool
-from tests.fixtures.sim import SimEngine, StartSimEngine, expected_tokens, fresh_prompt, start_ready_together
+from tests.fixtures.sim import (
+    SIM_ADMIN,
+    SimEngine,
+    StartSimEngine,
+    expected_tokens,
+    fresh_prompt,
+    start_ready_together,
+)
 
 _LISTENING = re.compile(
     r"motor-sim listening on http://127\.0\.0\.1:(\d+) \(virtual engine (\d+), engine_id (\S+)\)"
@@ -73,7 +80,8 @@ def test_each_virtual_engine_answers_on_its_port_with_its_own_state(sim_engines:
         assert metric(text, "vllm:num_preemptions_total", index) == 0
 
     # faults are per engine too
-    assert httpx.post(f"{engines[2][0]}/admin/faults", json={"health_down": True}).status_code == 200
+    faults = httpx.post(f"{engines[2][0]}/admin/faults", json={"health_down": True}, headers=SIM_ADMIN)
+    assert faults.status_code == 200
     assert [httpx.get(f"{url}/health").status_code for url, _ in engines] == [200, 200, 503]
 
 

@@ -135,5 +135,5 @@ def test_api_keys_are_named_by_the_spec_and_handed_over_in_the_environment() -> 
     assert "HF_TOKEN" not in kubernetes.component("prefill-0").env
     assert {item.env for item in kubernetes.component("prefill-0").secret_env} == {
         "HF_TOKEN",
-        "MOTOR_CONTROLLER_TOKEN",
+        "MOTOR_INSTANCE_CREDENTIAL_PREFILL_0",
     }

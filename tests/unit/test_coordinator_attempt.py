@@ -7,6 +7,7 @@ tests/integration/test_coordinator_faults.py drives the same machine with sim en
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -99,12 +100,11 @@ def prometheus() -> CollectorRegistry:
     return CollectorRegistry()
 
 
-async def start_core(prometheus: CollectorRegistry, **sections: Any) -> Core:
-    config = CoordinatorConfig.model_validate(
-        {"exception_config": {"max_retry": 2, "retry_delay": 0.25, "infer_timeout": 60}} | sections
-    )
+@asynccontextmanager
+async def running_core(prometheus: CollectorRegistry, config: dict[str, Any]) -> AsyncIterator[Core]:
+    """A started Core (prefill_first) with prefill-0, prefill-1 and decode-2 registered; no engine behind them."""
     settings = CoordinatorSettings(
-        config=config,
+        config=CoordinatorConfig.model_validate(config),
         profile=DispatchProfile.PREFILL_FIRST,
         advertise_host="127.0.0.1",
         bind_host="127.0.0.1",
@@ -122,14 +122,17 @@ async def start_core(prometheus: CollectorRegistry, **sections: Any) -> Core:
     await result.start("http://127.0.0.1:9")
     instances = registry("prefill", "prefill", "decode").snapshot()
     result.registry.apply(InstanceEvent(event="set", instances=instances))
-    return result
+    try:
+        yield result
+    finally:
+        await result.stop()
 
 
 @pytest.fixture
 async def core(prometheus: CollectorRegistry) -> AsyncIterator[Core]:
-    result = await start_core(prometheus)
-    yield result
-    await result.stop()
+    config = {"exception_config": {"max_retry": 2, "retry_delay": 0.25, "infer_timeout": 60}}
+    async with running_core(prometheus, config) as result:
+        yield result
 
 
 def dispatch(core: Core, stream: bool = True) -> Dispatch:
@@ -146,7 +149,7 @@ def metric(core: Core, prometheus: CollectorRegistry, name: str, **labels: str) 
 
 def idle(core: Core) -> bool:
     return all(
-        load == {"in_flight": 0, "tokens": 0, "kv_tokens": 0}
+        (load["in_flight"], load["tokens"], load["kv_tokens"]) == (0, 0, 0)
         for load in core.scheduler.endpoint_load().values()
     )
 
@@ -318,9 +321,12 @@ async def admitting_core(prometheus: CollectorRegistry) -> AsyncIterator[Core]:
         "admission_max_decode_requests": 1,
         "admission_queue_timeout": 0.3,
     }
-    result = await start_core(prometheus, scheduler_config=scheduling)
-    yield result
-    await result.stop()
+    config = {
+        "exception_config": {"max_retry": 2, "retry_delay": 0.25, "infer_timeout": 60},
+        "scheduler_config": scheduling,
+    }
+    async with running_core(prometheus, config) as result:
+        yield result
 
 
 async def test_a_leg_waits_for_room_under_its_admission_bound(admitting_core: Core) -> None:

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
+from motor.config.models import InputConfig
 from motor.coordinator.errors import HttpError
-from motor.coordinator.requests import DEFAULT_MAX_NEW_TOKENS, parse_request
+from motor.coordinator.requests import DEFAULT_MAX_NEW_TOKENS, TRANSFER_FIELDS, nesting_exceeds, parse_request
 from motor.coordinator.shaping import decode_body, prefill_body
 from motor.coordinator.sse import (
     DONE_EVENT,
@@ -15,6 +16,7 @@ from motor.coordinator.sse import (
     rewrite_usage_events,
     set_cached_tokens,
 )
+from tests.fixtures.hostile import HOSTILE_BODIES
 
 MODELS = frozenset({"m"})
 
@@ -200,3 +202,97 @@ def test_error_events_end_the_stream_explicitly() -> None:
         }
     }
     assert rest == DONE_EVENT
+
+
+@pytest.mark.parametrize("raw", HOSTILE_BODIES.values(), ids=HOSTILE_BODIES.keys())
+def test_hostile_bodies_are_400(raw: bytes) -> None:
+    with pytest.raises(HttpError) as caught:
+        parse_request("completions", raw, frozenset({"sim-model"}))
+    assert caught.value.status == 400 and caught.value.type == "invalid_request_error"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_tokens", (1 << 20) + 1),
+        ("max_completion_tokens", -1),
+        ("max_completion_tokens", 2.0),
+        ("n", 129),
+        ("n", 0),
+        ("best_of", 1000),
+        ("best_of", "2"),
+    ],
+)
+def test_counts_out_of_bounds_are_400_naming_the_field(field: str, value: object) -> None:
+    with pytest.raises(HttpError) as caught:
+        parse_request("completions", json.dumps({"model": "m", "prompt": "x", field: value}).encode(), MODELS)
+    assert (caught.value.status, caught.value.param) == (400, field)
+
+
+def test_bounds_follow_input_config() -> None:
+    limits = InputConfig(max_tokens=10, max_n=2, max_list_items=3, max_json_depth=4)
+    body = {"model": "m", "prompt": "x", "max_tokens": 10, "n": 2, "extra": [[[1]]]}
+    assert parse_request("completions", json.dumps(body).encode(), MODELS, limits).demand.max_new_tokens == 10
+    for change, param in (
+        ({"max_tokens": 11}, "max_tokens"),
+        ({"n": 3}, "n"),
+        ({"prompt": ["a", "b", "c", "d"]}, "prompt"),
+        ({"extra": [[[[1]]]]}, None),
+    ):
+        with pytest.raises(HttpError) as caught:
+            parse_request("completions", json.dumps(body | change).encode(), MODELS, limits)
+        assert (caught.value.status, caught.value.param) == (400, param)
+    messages = [{"role": "user", "content": "hi"}] * 4
+    with pytest.raises(HttpError) as caught:
+        parse_request("chat", json.dumps({"model": "m", "messages": messages}).encode(), MODELS, limits)
+    assert caught.value.param == "messages"
+    parts = [{"role": "user", "content": [{"type": "text", "text": "a"}] * 4}]
+    with pytest.raises(HttpError) as caught:
+        parse_request(
+            "chat",
+            json.dumps({"model": "m", "messages": parts}).encode(),
+            MODELS,
+            InputConfig(max_list_items=3),
+        )
+    assert caught.value.param == "messages[0].content"
+    tokens = {"model": "m", "prompt": list(range(100))}
+    assert (
+        len(parse_request("completions", json.dumps(tokens).encode(), MODELS, limits).demand.prompt_token_ids)
+        == 100
+    ), "one prompt of token ids is one item, however long"
+
+
+def test_nesting_walk_counts_levels() -> None:
+    assert not nesting_exceeds({"a": [1, {"b": []}]}, 4)
+    assert nesting_exceeds({"a": [1, {"b": [[]]}]}, 4)
+    assert not nesting_exceeds(5, 1)
+    many_brackets_in_strings = {"model": "m", "prompt": "[[[[{{{{" * 100}
+    assert parse("completions", many_brackets_in_strings).body == many_brackets_in_strings
+
+
+@pytest.mark.parametrize("field", TRANSFER_FIELDS)
+def test_client_transfer_fields_are_rejected_by_default(field: str) -> None:
+    with pytest.raises(HttpError) as caught:
+        parse("completions", {"model": "m", "prompt": "x", field: {"do_remote_prefill": True}})
+    assert (caught.value.status, caught.value.param, caught.value.code) == (
+        400,
+        field,
+        "unsupported_parameter",
+    )
+
+
+def test_client_transfer_fields_are_removed_when_configured_to_strip() -> None:
+    body = {
+        "model": "m",
+        "prompt": "x",
+        "kv_transfer_params": {"do_remote_prefill": True, "remote_bootstrap_addr": "http://10.0.0.1:1"},
+        "bootstrap_host": "10.0.0.1",
+        "temperature": 0.5,
+    }
+    request = parse_request(
+        "completions", json.dumps(body).encode(), MODELS, InputConfig(kv_transfer_params="strip")
+    )
+    assert request.body == {"model": "m", "prompt": "x", "temperature": 0.5}
+    assert json.loads(request.raw) == request.body, "the aggregated path forwards `raw`: it is stripped too"
+    clean = json.dumps({"model": "m", "prompt": "x"}).encode()
+    assert parse_request("completions", clean, MODELS).raw is clean, "a clean body is forwarded as it came"

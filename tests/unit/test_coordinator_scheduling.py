@@ -58,7 +58,9 @@ def demand(prompt: str = "", tokens: int = 100) -> Demand:
 
 
 def load_of(scheduler: Scheduler, target: Target) -> dict[str, float]:
-    return scheduler.endpoint_load()[target.key]
+    """The endpoint's in-flight load in the management view (its health fields are tested with the stalls)."""
+    view = scheduler.endpoint_load()[target.key]
+    return {key: view[key] for key in ("in_flight", "tokens", "kv_tokens")}  # type: ignore[misc]
 
 
 # ---- heap ----------------------------------------------------------------------------------------------------

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from motor.config.models import ApiKeyConfig
-from motor.coordinator.auth import ApiKeyVerifier, hash_api_key
+from motor.coordinator.auth import REFUSED_CACHE_LIMIT, ApiKeyVerifier, hash_api_key
 from motor.coordinator.errors import HttpError
-from motor.coordinator.limits import InFlightLimit, SharedState, TokenBucket
+from motor.coordinator.limits import ClientBuckets, InFlightLimit, SharedState, TokenBucket
 
 
 async def check(verifier: ApiKeyVerifier, headers: list[tuple[bytes, bytes]]) -> int:
@@ -101,3 +101,64 @@ def test_in_flight_limit_counts_every_worker_slot(tmp_path: Path) -> None:
     assert local.try_enter() and not local.try_enter()
     unlimited = InFlightLimit(None)
     assert all(unlimited.try_enter() for _ in range(100))
+
+
+def keyed(key: str) -> list[tuple[bytes, bytes]]:
+    return [(b"authorization", b"Bearer " + key.encode())]
+
+
+async def test_an_address_runs_out_of_attempts_but_keeps_its_valid_keys() -> None:
+    record = hash_api_key("hashed", iterations=1)
+    verifier = ApiKeyVerifier(
+        ApiKeyConfig(
+            enable_api_key=True, valid_keys=["plain", record], attempts_per_client=3, attempts_window=3600
+        )
+    )
+    assert await check_from(verifier, "hashed", "10.0.0.1") == 200, "a hashed key's first use is an attempt"
+    assert [await check_from(verifier, f"guess-{i}", "10.0.0.1") for i in range(3)] == [403, 403, 429]
+    verifications = verifier.slow_verifications
+    assert await check_from(verifier, "guess-99", "10.0.0.1") == 429
+    assert verifier.slow_verifications == verifications, "a refused attempt runs no PBKDF2"
+    assert await check_from(verifier, "plain", "10.0.0.1") == 200
+    assert await check_from(verifier, "hashed", "10.0.0.1") == 200, "verified keys cost no attempt"
+    assert await check_from(verifier, "guess-0", "10.0.0.2") == 403, "other addresses have their own attempts"
+    with pytest.raises(HttpError) as caught:
+        await verifier.check(keyed("guess-1"), "10.0.0.1")
+    assert caught.value.code == "too_many_key_attempts" and dict(caught.value.headers)[b"retry-after"]
+
+
+async def test_wrong_keys_never_evict_verified_ones() -> None:
+    record = hash_api_key("hashed", iterations=1)
+    verifier = ApiKeyVerifier(
+        ApiKeyConfig(enable_api_key=True, valid_keys=[record], attempts_per_client=100_000)
+    )
+    assert await check_from(verifier, "hashed", "10.0.0.1") == 200
+    for i in range(REFUSED_CACHE_LIMIT + 10):
+        assert await check_from(verifier, f"guess-{i}", "10.0.0.1") == 403
+    verifications = verifier.slow_verifications
+    assert await check_from(verifier, "hashed", "10.0.0.1") == 200
+    assert verifier.slow_verifications == verifications, "the valid key's verdict survived the flood"
+    assert await check_from(verifier, f"guess-{REFUSED_CACHE_LIMIT + 9}", "10.0.0.1") == 403
+    assert verifier.slow_verifications == verifications, "a recently refused key is refused from the cache"
+
+
+def test_a_pbkdf2_record_without_iterations_is_refused_at_start() -> None:
+    with pytest.raises(ValueError, match=r"valid_keys\[1\].*at least 1 iteration"):
+        ApiKeyVerifier(ApiKeyConfig(enable_api_key=True, valid_keys=["plain", "salt:0:" + "ab" * 32]))
+
+
+def test_client_buckets_are_per_address_and_bounded() -> None:
+    buckets = ClientBuckets(2, 0.2, max_clients=2)  # 10 tokens per second per address
+    assert [buckets.try_take("a") for _ in range(3)] == [True, True, False]
+    assert buckets.try_take("b")
+    time.sleep(0.15)
+    assert buckets.try_take("a"), "refilled"
+    assert buckets.try_take("c") and len(buckets._buckets) == 2, "the oldest address was forgotten"
+
+
+async def check_from(verifier: ApiKeyVerifier, key: str, client: str) -> int:
+    try:
+        await verifier.check(keyed(key), client)
+    except HttpError as error:
+        return error.status
+    return 200

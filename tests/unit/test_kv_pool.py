@@ -49,6 +49,11 @@ def test_master_args():
         "--eviction_ratio=0.2",
         "--default_kv_lease_ttl=5000",
     ]
+    local = KvCachePoolConfig(allocation_strategy="local_first")
+    assert master_args(local, bind_host="h")[-1] == "--allocation_strategy=local_first"
+    assert "allocation_strategy" not in engine_store_config(local, master_host="h"), "a master setting only"
+    with pytest.raises(ValueError, match="allocation_strategy"):
+        KvCachePoolConfig(allocation_strategy="nearest")
 
 
 def test_engine_store_config():

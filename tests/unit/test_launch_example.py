@@ -31,12 +31,13 @@ def test_example_local_validates_and_launches(tmp_path: Path) -> None:
         )
         for k, role in enumerate(("prefill", "decode"))
     }
-    for role, core in (("prefill", "0"), ("decode", "1")):
+    for role in ("prefill", "decode"):
         launch = launches[role]
         engine = launch.argv[launch.argv.index("--") + 1 :]
         assert {"--enforce-eager", "--no-enable-prefix-caching"} <= set(engine)
         assert engine[engine.index("--block-size") + 1] == "32"
-        assert launch.env["VLLM_CPU_OMP_THREADS_BIND"] == core
+        # unpinned: a pinned worker's Mooncake threads inherit its one core (docs/design/vllm-cpu-pd-stall.md)
+        assert launch.env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
         kv = json.loads(engine[engine.index("--kv-transfer-config") + 1])
         names = [c["kv_connector"] for c in kv["kv_connector_extra_config"]["connectors"]]
         assert names == ["MooncakeConnector", "MooncakeStoreConnector"]

@@ -1,6 +1,8 @@
 import importlib
 import importlib.util
+import inspect
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -8,8 +10,8 @@ from typing import Any
 import pytest
 
 from motor.cli.patch import status_report
-from motor.engine.patches import connector_metrics, cpu, multi_connector, runtime
-from motor.engine.patches.facts import Facts, gather_facts
+from motor.engine.patches import connector_metrics, cpu, multi_connector, runtime, shm_spin
+from motor.engine.patches.facts import Facts, gather_facts, shm_reader_spins_one_second
 from motor.engine.patches.registry import PatchTargetError, known_patches
 
 VLLM_INSTALLED = importlib.util.find_spec("vllm") is not None
@@ -114,6 +116,54 @@ def test_status_report_names_every_fix_and_its_reason() -> None:
 def test_gathered_facts_describe_this_interpreter() -> None:
     facts = gather_facts()
     assert (facts.vllm_version is not None) == VLLM_INSTALLED
+    if facts.vllm_version == "0.32.0":
+        assert facts.shm_reader_spins_one_second, "vLLM 0.32's SpinCondition readers spin for 1 s"
+
+
+@pytest.mark.parametrize(("accelerator", "applies"), [(False, True), (None, True), (True, False)])
+def test_shm_busy_sleep_fix_only_on_cpu_engines(accelerator: bool | None, applies: bool) -> None:
+    facts = Facts(vllm_version="0.32.0", accelerator_present=accelerator, shm_reader_spins_one_second=True)
+    decision = shm_spin.decide(facts)
+    assert decision.applies is applies and decision.why
+    assert not shm_spin.decide(Facts(vllm_version="0.33.0", accelerator_present=False)).applies
+    assert not shm_spin.decide(Facts(shm_reader_spins_one_second=True)).applies
+
+
+SPINNING_SOURCE = """
+class SpinCondition:
+    def __init__(self, is_reader: bool, context, notify_address: str, busy_loop_s: float = 1,
+    ):
+        ...
+        if current_time <= self.last_read + self.busy_loop_s:
+            sched_yield()
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "spins"),
+    [
+        (SPINNING_SOURCE, True),
+        (SPINNING_SOURCE.replace("float = 1,", "float = 1.0)"), True),
+        (SPINNING_SOURCE.replace("float = 1,", "float = 0.002,"), False),
+        (SPINNING_SOURCE.replace("float = 1,", "float = 10,"), False),
+        (SPINNING_SOURCE.replace("sched_yield()", "time.sleep(0)"), False),
+        (SPINNING_SOURCE + "envs.VLLM_SHM_BROADCAST_BUSY_LOOP_S", False),  # made configurable upstream
+        (SPINNING_SOURCE + "envs.VLLM_SHM_BROADCAST_BUSY_SLEEP_S", False),
+        ("", False),
+    ],
+)
+def test_shm_spin_read_from_the_installed_source(source: str, spins: bool) -> None:
+    assert shm_reader_spins_one_second(source) is spins
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [(None, shm_spin.DEFAULT_SLEEP_S), ("0", 0.0), ("0.001", 0.001), ("-1", shm_spin.DEFAULT_SLEEP_S),
+     ("inf", shm_spin.DEFAULT_SLEEP_S), ("nan", shm_spin.DEFAULT_SLEEP_S), ("soon", shm_spin.DEFAULT_SLEEP_S)],
+)  # fmt: skip
+def test_shm_busy_sleep_from_the_environment(value: str | None, seconds: float) -> None:
+    environ = {} if value is None else {shm_spin.SLEEP_ENV: value}
+    assert shm_spin.busy_sleep_seconds(environ) == seconds
 
 
 # ---- the MultiConnector monkeypatch --------------------------------------------------------------------------
@@ -214,6 +264,39 @@ def test_cpu_device_index_answers_zero_without_an_accelerator() -> None:
     present = SimpleNamespace(is_available=lambda: True, current_device_index=lambda: 5)
     with cpu.cpu_device_index(present):
         assert present.current_device_index() == 5
+
+
+def test_shm_busy_sleep_patch_makes_the_polls_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The patch swaps the module-level sched_yield that SpinCondition.wait and acquire_write call per poll."""
+    yielded: list[str] = []
+    module = SimpleNamespace(SpinCondition=object, sched_yield=lambda: yielded.append("yield"))
+    monkeypatch.setenv(shm_spin.SLEEP_ENV, "0.002")
+    shm_spin.apply(module, Facts())  # type: ignore[arg-type]
+    started = time.perf_counter()
+    module.sched_yield()
+    assert time.perf_counter() - started >= 0.002 and yielded == []
+    patched = module.sched_yield
+    shm_spin.apply(module, Facts())  # type: ignore[arg-type]
+    assert module.sched_yield is patched, "applying twice changes nothing"
+
+    monkeypatch.setenv(shm_spin.SLEEP_ENV, "0")
+    untouched = SimpleNamespace(SpinCondition=object, sched_yield=lambda: yielded.append("yield"))
+    shm_spin.apply(untouched, Facts())  # type: ignore[arg-type]
+    untouched.sched_yield()
+    assert yielded == ["yield"], "0 keeps vLLM's sched_yield"
+    with pytest.raises(PatchTargetError, match="SpinCondition"):
+        shm_spin.apply(SimpleNamespace(), Facts())  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(not VLLM_INSTALLED, reason="checks the installed vLLM's shm_broadcast")
+def test_shm_busy_sleep_patch_fits_the_installed_vllm() -> None:
+    from vllm.distributed.device_communicators import shm_broadcast
+
+    facts = gather_facts()
+    if not facts.shm_reader_spins_one_second:
+        pytest.skip(f"vLLM {facts.vllm_version} does not spin for 1 s: nothing to fit")
+    assert callable(shm_broadcast.sched_yield) and hasattr(shm_broadcast, "SpinCondition")
+    assert "sched_yield()" in inspect.getsource(shm_broadcast.SpinCondition.wait)
 
 
 def test_hidden_modules_look_uninstalled(monkeypatch: pytest.MonkeyPatch) -> None:

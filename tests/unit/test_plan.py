@@ -103,10 +103,19 @@ def test_every_motor_component_starts_from_its_spec_file(tmp_path: Path) -> None
     assert plan.component("kv-pool").spec is None
 
 
-def test_specs_carry_the_token_by_reference_only() -> None:
+def test_specs_carry_credentials_by_reference_only() -> None:
+    """The controller and the coordinator name the token; a node manager names only its instance's credential."""
     plan = build_plan(sim_topology(), config_dir="/c")
-    for text in plan.files.values():
-        assert '"env": "MOTOR_CONTROLLER_TOKEN"' in text
+    for component in plan.components:
+        if component.spec is None:
+            continue
+        text = plan.files[f"{component.name}.spec.json"]
+        if component.kind == "node_manager":
+            assert "MOTOR_CONTROLLER_TOKEN" not in text
+            variable = f"MOTOR_INSTANCE_CREDENTIAL_{component.name.upper().replace('-', '_')}"
+            assert f'"credential": {{\n    "env": "{variable}"\n  }}' in text
+        else:
+            assert '"env": "MOTOR_CONTROLLER_TOKEN"' in text
     assert all("MOTOR_CONTROLLER_TOKEN" not in c.env for c in plan.components)
 
 

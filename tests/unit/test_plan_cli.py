@@ -140,7 +140,7 @@ def test_validate_explain_prints_every_compiled_spec(
     for name in ("controller", "coordinator", "prefill-0", "decode-0"):
         assert f"--- {name} (" in out
         assert f"{tmp_path / 'runs' / 'demo' / 'config' / name}.spec.json" in out
-    assert '"kind": "node_manager"' in out and '"env": "MOTOR_CONTROLLER_TOKEN"' in out
+    assert '"kind": "node_manager"' in out and '"env": "MOTOR_INSTANCE_CREDENTIAL_PREFILL_0"' in out
 
 
 def test_validate_reports_what_the_plan_cannot_compile(

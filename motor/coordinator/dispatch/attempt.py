@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from motor.coordinator.dispatch.deadlines import prefill_budget
 from motor.coordinator.dispatch.failures import (
     EngineRejected,
     LegFailure,
@@ -72,11 +73,15 @@ class Leg:
     """One engine request of an attempt: a prefill leg, or the client-facing leg (decode or aggregated).
 
     `deadline` bounds its answer (prefill: the whole response; client-facing: the first output), `abort()`
-    closes it wherever it is — the seams for per-leg deadlines and hedged legs."""
+    closes it wherever it is — the seams for per-leg deadlines and hedged legs. A prefill leg whose own budget
+    (`deadlines.py`) ends before the request's limits has `budget` > 0: missing that deadline is a stall, the
+    `prefill_stalled` failure, rather than a timeout; `work` is the prefill work its instance had when the leg
+    was placed (what the instance's measured rate is per)."""
 
     __slots__ = (
         "allocation",
         "attempt",
+        "budget",
         "client",
         "connection",
         "connections",
@@ -89,6 +94,7 @@ class Leg:
         "state",
         "target",
         "task",
+        "work",
     )
 
     def __init__(
@@ -99,6 +105,8 @@ class Leg:
         self.target = target
         self.allocation = allocation
         self.deadline = deadline
+        self.budget = 0.0
+        self.work = 0.0
         self.client = client
         self.state = PICKED
         self.since = time.perf_counter()
@@ -136,7 +144,26 @@ class Leg:
         return self._record(LegFailure(kind, self.role, self.target, message, reason=reason))
 
     def upstream_failed(self, exc: UpstreamError) -> LegFailure:
+        if exc.kind == "timeout" and self.budget and self.attempt.dispatch.loop.time() >= self.deadline:
+            return self.stalled()
         return self.failed(exc.kind, f"{describe(self.target)}: {exc}")
+
+    def stalled(self) -> LegFailure:
+        """The prefill leg missed its own deadline: the instance counts a stall, the request moves on."""
+        rate = self.allocation.endpoint.prefill_rate
+        measured = (
+            f"{rate.tokens_per_second:,.0f} tokens/s measured over {rate.samples} legs"
+            if rate.tokens_per_second is not None
+            else "no rate measured yet"
+        )
+        message = (
+            f"{describe(self.target)}: no prefill answer within the leg's deadline ({self.budget:.3g} s for "
+            f"{self.work:,.0f} tokens of prefill work, {measured})"
+        )
+        if not self.ended:
+            self.attempt.dispatch.core.scheduler.prefill_stalled(self.allocation.endpoint)
+            self.attempt.observer.prefill_stalled(self)
+        return self.failed("prefill_stalled", message)
 
     def _record(self, failure: LegFailure) -> LegFailure:
         if not self.ended:
@@ -263,9 +290,11 @@ class Attempt:
         self.observer = core.observer
         self.number = number
         self.pd = False
+        # Engine request ids are motor's alone (never the client's X-Request-Id: two clients could collide).
         # A retry may land where a cancelled leg of this request is still being torn down; engines refuse a
         # request id they still hold, so later attempts carry their own.
-        self.engine_rid = dispatch.rid if number == 0 else f"{dispatch.request_id}-retry{number}".encode()
+        rid = dispatch.request_id
+        self.engine_rid = rid.encode() if number == 0 else f"{rid}-retry{number}".encode()
         self.phase = ADMITTED
         self.since = time.perf_counter()
         self.first_token_deadline = min(
@@ -361,10 +390,17 @@ class Attempt:
         return leg
 
     def prefill_leg(self, target: Target) -> Leg:
-        demand = self.dispatch.request.demand
-        leg = self.prefill = self._leg(
-            target, demand.prefill_tokens, demand.prompt_tokens, self.prefill_deadline(), False
-        )
+        """A prefill leg bounded by its own budget when that ends before the request's limits do."""
+        dispatch = self.dispatch
+        demand = dispatch.request.demand
+        limit = self.prefill_deadline()
+        leg = self.prefill = self._leg(target, demand.prefill_tokens, demand.prompt_tokens, limit, False)
+        endpoint = leg.allocation.endpoint
+        leg.work = endpoint.tokens
+        budget = prefill_budget(dispatch.core.config.timeout_config, leg.work, endpoint.prefill_rate)
+        if dispatch.loop.time() + budget < limit:
+            leg.deadline = dispatch.loop.time() + budget
+            leg.budget = budget
         return leg
 
     def _leg_sent(self, leg: Leg) -> None:
@@ -387,6 +423,7 @@ class Attempt:
         body = prefill_body(self.dispatch.request.body, kv_transfer_params, **extra)
         connection = await leg.send(body, leg.deadline, whole=True)
         raw = await leg.read_body(connection, leg.deadline)
+        answered_after = time.perf_counter() - leg.sent_at
         leg.release_connection(connection)
         leg.allocation.release_tokens()
         try:
@@ -405,6 +442,10 @@ class Attempt:
         )
         cached = details.get("cached_tokens") if isinstance(details.get("cached_tokens"), int) else 0
         self.cached_tokens = cached
+        # the rate is per token computed: tokens found in a cache were not
+        self.dispatch.core.scheduler.prefill_answered(
+            leg.allocation.endpoint, leg.work - min(cached, leg.work), answered_after
+        )
         return PrefillResult(raw, params if isinstance(params, dict) else None, cached)
 
     def prefill_in_background(self, leg: Leg, kv_transfer_params: dict[str, Any], **extra: Any) -> None:

@@ -42,6 +42,9 @@ FAILURES: dict[str, FailureRule] = {
     "invalid_json": _LEG,
     "empty_stream": _LEG,
     "error_event": _LEG,
+    # a prefill leg missed its own deadline (prompt size / the instance's measured prefill rate): the leg is
+    # closed and moves to another prefill instance; the instance counts a stall (repeated ones degrade it)
+    "prefill_stalled": FailureRule(True, True, 504, UPSTREAM_ERROR, "prefill_stalled"),
     # a stream that ended without [DONE]: only ever after output, so only its stream code matters
     "incomplete_stream": FailureRule(False, False, 502, UPSTREAM_ERROR, "incomplete_stream"),
     # any other 4xx: the request itself is refused, another instance would refuse it too; answered as is

@@ -7,8 +7,11 @@
 | client-facing leg RECEIVING → DONE or FAILED | `{leg="decode"}` (PD: first output → end) or `{leg="aggregated"}` (sent → end) |
 | attempt → RETRYING | `motor_coordinator_retries_total{role,reason}` (the failure's role and reason) |
 | an open connection closed by the coordinator | `motor_coordinator_cancelled_legs_total{reason}` |
+| prefill leg missed its own deadline | `motor_coordinator_prefill_stalls_total{instance}` |
+| an instance became degraded / recovered | `motor_coordinator_instance_degraded{instance,role}` 1 / 0 |
 """
 
+import logging
 from typing import TYPE_CHECKING
 
 from motor.coordinator.dispatch.states import (
@@ -23,9 +26,12 @@ from motor.coordinator.dispatch.states import (
     Phase,
 )
 from motor.coordinator.metrics import CoordinatorMetrics
+from motor.coordinator.scheduling.load import EndpointLoad
 
 if TYPE_CHECKING:
     from motor.coordinator.dispatch.attempt import Attempt, Leg
+
+log = logging.getLogger(__name__)
 
 
 class MetricsObserver:
@@ -56,3 +62,19 @@ class MetricsObserver:
 
     def leg_cancelled(self, leg: "Leg", reason: str) -> None:
         self.metrics.cancelled_legs.labels(reason).inc()
+
+    def prefill_stalled(self, leg: "Leg") -> None:
+        self.metrics.prefill_stalls.labels(leg.target.instance_id).inc()
+
+    def health_changed(self, endpoint: EndpointLoad, degraded: bool) -> None:
+        self.metrics.instance_degraded.labels(endpoint.instance_id, endpoint.role).set(1 if degraded else 0)
+        if degraded:
+            log.warning(
+                "%s instance %s is degraded after %d prefill stalls: it gets legs only when no other instance "
+                "can take them, until it recovers",
+                endpoint.role,
+                endpoint.instance_id,
+                endpoint.stalls.stalls,
+            )
+        else:
+            log.info("%s instance %s recovered from its prefill stalls", endpoint.role, endpoint.instance_id)

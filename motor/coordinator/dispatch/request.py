@@ -33,20 +33,24 @@ class Dispatch:
         "abort_kind",
         "arrival",
         "attempt",
+        "client_rid",
         "closed",
         "core",
         "deadline",
         "loop",
         "request",
         "request_id",
-        "rid",
     )
 
-    def __init__(self, core: "Core", request: ClientRequest, request_id: str) -> None:
+    def __init__(
+        self, core: "Core", request: ClientRequest, request_id: str, client_rid: bytes | None = None
+    ) -> None:
+        """`request_id`: motor's own id, the base of every engine request id. `client_rid`: the client's
+        X-Request-Id, only echoed back and logged (two clients may send the same one)."""
         self.core = core
         self.request = request
         self.request_id = request_id
-        self.rid = request_id.encode()
+        self.client_rid = client_rid
         self.loop = core.loop
         self.arrival = time.perf_counter()
         self.deadline = self.loop.time() + core.config.exception_config.infer_timeout
@@ -58,6 +62,18 @@ class Dispatch:
         self._extra_overhead = 0.0
         self._sending_since = 0.0
         self._task: asyncio.Task[Any] | None = None
+
+    @property
+    def rid(self) -> bytes:
+        """The X-Request-Id answered to the client: its own, else motor's."""
+        return self.client_rid or self.request_id.encode()
+
+    @property
+    def label(self) -> str:
+        """The request in logs: motor's id, and the client's when it sent one."""
+        if self.client_rid is None:
+            return self.request_id
+        return f"{self.request_id} (client id {self.client_rid.decode()})"
 
     def new_attempt(self) -> Attempt:
         number = 0 if self.attempt is None else self.attempt.number + 1

@@ -31,6 +31,6 @@ async def open_with_retries(d: Dispatch) -> Attempt:
             assert settled is not None
             if delay is None:
                 raise settled from None
-            log.warning("request %s: %s; retrying in %.3g s", d.request_id, settled.message, delay)
+            log.warning("request %s: %s; retrying in %.3g s", d.label, settled.message, delay)
             if delay:
                 await d.backoff(delay)

@@ -7,10 +7,12 @@ same numbers after it.
 """
 
 from motor.coordinator.registry import Target
+from motor.coordinator.scheduling.health import PrefillRate, StallRecord
 
 
 class EndpointLoad:
-    """In-flight load of one endpoint, in tokens: `tokens` still to compute, `kv` tokens of KV held."""
+    """In-flight load of one endpoint, in tokens: `tokens` still to compute, `kv` tokens of KV held; and what
+    its legs showed so far (`prefill_rate`, `stalls`)."""
 
     __slots__ = (
         "heap_index",
@@ -20,7 +22,9 @@ class EndpointLoad:
         "kv",
         "last_pick",
         "position",
+        "prefill_rate",
         "role",
+        "stalls",
         "target",
         "tokens",
     )
@@ -36,6 +40,8 @@ class EndpointLoad:
         self.heap_index = -1
         self.last_pick = 0
         self.position = -1
+        self.prefill_rate = PrefillRate()
+        self.stalls = StallRecord()
 
     @property
     def load(self) -> float:

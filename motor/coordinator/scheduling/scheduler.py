@@ -4,13 +4,18 @@ policies, O(log n) per decision), over the scheduler's own per-endpoint load (`l
 
 Load is allocated per leg and released in parts (`Allocation`): the tokens still to compute when the engine
 has computed them, the KV tokens held when the next leg took them over, everything at the end.
+
+Endpoints whose prefill legs stalled repeatedly are degraded (`health.py`): every profile then decides as if
+they had already failed the request, and only when that leaves no candidate does it consider them again.
 """
 
+import time
 from collections.abc import Callable, Iterable
 
 from motor.coordinator.registry import ROLES, Target
 from motor.coordinator.scheduling.compiled import Decider, compile_profile
 from motor.coordinator.scheduling.demand import Demand
+from motor.coordinator.scheduling.health import StallPolicy
 from motor.coordinator.scheduling.load import EndpointLoad, Pool
 from motor.coordinator.scheduling.plugins import Exclusions, PickObserver
 from motor.coordinator.scheduling.prefix import PrefixIndex
@@ -81,8 +86,15 @@ class Scheduler:
         prefix_index: PrefixIndex | None = None,
         admission_max_prefill_tokens: float = 16384,
         admission_max_decode_requests: int = 256,
+        stall_policy: StallPolicy | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.policy = policy
+        self.stall_policy = stall_policy or StallPolicy()
+        self.clock = clock
+        self._degraded: set[EndpointLoad] = set()
+        self.health_changed: Callable[[EndpointLoad, bool], None] | None = None
+        """Called with an endpoint and True when it became degraded, False when it recovered."""
         self.options = PolicyOptions(
             affinity_block_size,
             affinity_max_load_ratio,
@@ -113,6 +125,8 @@ class Scheduler:
         for endpoint in self._loads.values():
             endpoint.heap_index = -1
         self._loads = loads
+        kept = set(loads.values())
+        self._degraded = {endpoint for endpoint in self._degraded if endpoint in kept}
         pools = {}
         for role in ROLES:
             profile = build_profile(self.policy, role, self.options)
@@ -128,7 +142,11 @@ class Scheduler:
 
     def pick(self, role: InstanceRole, demand: Demand, exclude: Exclusions = frozenset()) -> Target | None:
         pool = self._pools[role]
-        chosen = pool.decider.decide(demand, exclude)
+        chosen = None
+        if self._degraded and (avoided := self._avoided(role)):
+            chosen = pool.decider.decide(demand, exclude | avoided)
+        if chosen is None:
+            chosen = pool.decider.decide(demand, exclude)
         if chosen is None:
             return None
         self._picks += 1
@@ -169,13 +187,49 @@ class Scheduler:
         if heap is not None:
             heap.update(endpoint)
 
-    def endpoint_load(self) -> dict[str, dict[str, float]]:
-        """In-flight load of every endpoint in a pool, by target key (the management API's view)."""
+    # ---- what the legs showed ------------------------------------------------------------------------------
+
+    def prefill_answered(self, endpoint: EndpointLoad, work_tokens: float, seconds: float) -> None:
+        """A prefill leg placed when the endpoint had `work_tokens` to compute answered after `seconds`."""
+        endpoint.prefill_rate.observe(work_tokens, seconds)
+
+    def prefill_stalled(self, endpoint: EndpointLoad) -> bool:
+        """A prefill leg missed its deadline there; True when that made the endpoint degraded."""
+        if not endpoint.stalls.stalled(self.clock(), self.stall_policy):
+            return False
+        if endpoint in self._loads.values():
+            self._degraded.add(endpoint)
+        self._health_changed(endpoint, True)
+        return True
+
+    def _avoided(self, role: InstanceRole) -> frozenset[str]:
+        """The degraded instances of a role (dropping those that recovered)."""
+        now = self.clock()
+        for endpoint in [e for e in self._degraded if e.stalls.recovered(now, self.stall_policy)]:
+            self._degraded.discard(endpoint)
+            self._health_changed(endpoint, False)
+        return frozenset(endpoint.instance_id for endpoint in self._degraded if endpoint.role == role)
+
+    def _health_changed(self, endpoint: EndpointLoad, degraded: bool) -> None:
+        if self.health_changed is not None:
+            self.health_changed(endpoint, degraded)
+
+    def endpoint_load(self) -> dict[str, dict[str, float | bool | None]]:
+        """In-flight load and observed health of every endpoint in a pool, by target key (the management API's
+        view): `prefill_tokens_per_second` is the measured prefill rate (None before any prefill leg answered)."""
+        for role in ROLES:
+            self._avoided(role)
+        now = self.clock()
         return {
             endpoint.key: {
                 "in_flight": endpoint.in_flight,
                 "tokens": endpoint.tokens,
                 "kv_tokens": endpoint.kv,
+                "prefill_tokens_per_second": endpoint.prefill_rate.tokens_per_second,
+                "prefill_legs_measured": endpoint.prefill_rate.samples,
+                "prefill_stalls": endpoint.stalls.stalls,
+                "stall_score": round(endpoint.stalls.score(now, self.stall_policy), 3),
+                "degraded": endpoint.stalls.degraded,
             }
             for pool in self._pools.values()
             for endpoint in pool.pool.endpoints

@@ -7,8 +7,9 @@ The deployed ConfigMap (`motor-config`) holds the config pair as written and is 
 
 import hashlib
 import json
+import secrets
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from motor.config import ConfigError, load_documents
@@ -26,7 +27,16 @@ from motor.deploy.k8s.client import DELETE_ORDER, OPTIONAL_KINDS, KubeClient, Ku
 from motor.deploy.k8s.labels import CONFIG_MAP, MANAGED_BY, NAME_LABEL, owner_labels
 from motor.deploy.k8s.manifests import ConfigTexts, ManifestFile, build_manifests
 from motor.deploy.k8s.secrets import redact_env_config, redact_user_config, secret_data
-from motor.deploy.plan import CONTROLLER, COORDINATOR, CREDENTIALS_SECRET, Plan, build_plan
+from motor.deploy.plan import (
+    CONTROLLER,
+    COORDINATOR,
+    CREDENTIALS_SECRET,
+    INSTANCE_CREDENTIALS_SECRET,
+    TOKEN_KEY,
+    TOKEN_SECRET,
+    Plan,
+    build_plan,
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -41,6 +51,7 @@ class Job:
     texts: ConfigTexts
     create_namespace: bool = False
     prometheus_operator: bool = False
+    token: str | None = None  # the controller token the instance credentials derive from (None: a fresh one)
 
     @property
     def namespace(self) -> str:
@@ -52,6 +63,7 @@ class Job:
             self.topology,
             self.texts,
             create_namespace=self.create_namespace,
+            token=self.token,
             prometheus_operator=self.prometheus_operator,
         )
 
@@ -60,8 +72,20 @@ class Job:
 
 
 def deploy(client: KubeClient, job: Job) -> int:
+    try:
+        job = with_cluster_token(client, job)
+    except KubeError as exc:
+        print(f"motor: failed {exc}", file=sys.stderr)
+        return EXIT_FAILED
     result = apply_objects(client, job.objects(), job.namespace)
     return _report(result, f"deployed job {job.plan.job_id} to namespace {job.namespace}")
+
+
+def with_cluster_token(client: KubeClient, job: Job) -> Job:
+    """The job with the controller token its namespace already holds (the generated token Secret is never
+    overwritten, so the node managers' instance credentials must derive from it), else a fresh one."""
+    deployed = secret_data(client.get("Secret", job.namespace, TOKEN_SECRET)).get(TOKEN_KEY)
+    return replace(job, token=deployed or job.token or secrets.token_urlsafe(32))
 
 
 def update_config(client: KubeClient, job: Job) -> int:
@@ -162,6 +186,11 @@ def scale(client: KubeClient, job: Job) -> int:
     if not removed and not added:
         print("nothing to scale: the instance counts equal the deployed ones")
         return EXIT_OK
+    try:
+        job = with_cluster_token(client, job)
+    except KubeError as exc:
+        print(f"motor: failed {exc}", file=sys.stderr)
+        return EXIT_FAILED
 
     if job.plan.deploy_mode == "single_container":
         result = apply_objects(client, job.objects(), job.namespace)
@@ -174,8 +203,12 @@ def scale(client: KubeClient, job: Job) -> int:
             result.applied.append(f"deleted Deployment/{name}")
         except KubeError as exc:
             result.failures.append(exc)
-    config_result = apply_objects(client, [_config_map(job)], job.namespace)
-    added_objects = [obj for obj in job.objects() if obj["metadata"]["labels"].get(NAME_LABEL) in added]
+    objects = job.objects()
+    # the ConfigMap, and the instance credentials the new node managers need
+    shared_names = {("ConfigMap", CONFIG_MAP), ("Secret", INSTANCE_CREDENTIALS_SECRET)}
+    shared = [obj for obj in objects if (obj["kind"], obj["metadata"]["name"]) in shared_names]
+    config_result = apply_objects(client, shared, job.namespace)
+    added_objects = [obj for obj in objects if obj["metadata"]["labels"].get(NAME_LABEL) in added]
     added_result = apply_objects(client, added_objects, job.namespace) if added_objects else ApplyResult()
     for part in (config_result, added_result):
         result.applied += part.applied

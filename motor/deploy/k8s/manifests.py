@@ -45,8 +45,11 @@ from motor.deploy.k8s.secrets import (
 from motor.deploy.k8s.single_container import NAME as SINGLE_CONTAINER
 from motor.deploy.k8s.single_container import single_container_objects
 from motor.deploy.plan import (
+    CONTROLLER,
     COORDINATOR,
     COORDINATOR_MGMT,
+    CREDENTIALS_SECRET,
+    INSTANCE_CREDENTIALS_SECRET,
     TOKEN_KEY,
     TOKEN_SECRET,
     Component,
@@ -56,6 +59,7 @@ from motor.deploy.plan import (
 )
 from motor.deploy.prometheus import component_endpoints
 from motor.protocol import env as env_names
+from motor.protocol.credentials import instance_credential
 from motor.protocol.specs import HOST_PLACEHOLDER, NodeManagerSpec, TlsFiles
 
 Manifest = dict[str, Any]
@@ -172,14 +176,32 @@ class ManifestContext:
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": self.metadata(CONFIG_MAP), "data": data}
 
     def secrets(self, token: str) -> list[Manifest]:
-        """The generated token Secret when a component needs it, then the Secrets built from the config."""
+        """The generated token Secret when a component needs it, the Secrets built from the config, and the
+        node managers' instance credentials derived from the controller's token (env.json's, else `token`)."""
         objects = []
         if any(item.secret == TOKEN_SECRET for c in self.plan.components for item in c.secret_env):
             token_secret = self.secret(TOKEN_SECRET, {TOKEN_KEY: token})
             token_secret["metadata"]["annotations"] = {GENERATED_ANNOTATION: "true"}
             objects.append(token_secret)
         objects += [self.secret(name, data) for name, data in sorted(self.plan.secrets.items())]
+        instances = [
+            item.key
+            for component in self.plan.node_managers
+            for item in component.secret_env
+            if item.secret == INSTANCE_CREDENTIALS_SECRET
+        ]
+        if instances:
+            controller_token = self.controller_token(token)
+            credentials = {key: instance_credential(controller_token, key) for key in instances}
+            objects.append(self.secret(INSTANCE_CREDENTIALS_SECRET, credentials))
         return objects
+
+    def controller_token(self, generated: str) -> str:
+        """The token the controller runs with: env.json's (in the credentials Secret) or the generated one."""
+        for item in self.plan.component(CONTROLLER).secret_env:
+            if item.env == env_names.CONTROLLER_TOKEN and item.secret == CREDENTIALS_SECRET:
+                return self.plan.secrets[CREDENTIALS_SECRET][item.key]
+        return generated
 
     def secret(self, name: str, data: dict[str, str]) -> Manifest:
         return {

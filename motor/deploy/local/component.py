@@ -1,7 +1,8 @@
 """One component of a local job under the job supervisor: how it is started, probed, restarted and recorded.
 
 A `SupervisedComponent` wraps motor.runtime's SupervisedChild with what a local job adds: the command and
-environment of its job file entry (plus the controller token for motor components), its log file, HTTP
+environment of its job file entry (plus the controller token for the controller and the coordinator, and its
+instance's credential for a node manager), its log file, HTTP
 probes, the engine a dead node manager left behind (stopped before the node manager is started again), and
 its `ProcessRecord` in state.json, rewritten at every change.
 """
@@ -21,6 +22,7 @@ from motor.deploy.local.job import ComponentJob
 from motor.deploy.local.state import ComponentState, ProcessRecord
 from motor.deploy.local.stop import left_engine
 from motor.protocol import env as env_names
+from motor.protocol.credentials import instance_credential, instance_credential_env
 from motor.runtime.backoff import Backoff
 from motor.runtime.logs import LogFile
 from motor.runtime.processes import (
@@ -38,7 +40,7 @@ log = logging.getLogger(__name__)
 STARTUP_TIMEOUT_S = 60.0
 PROBE_TIMEOUT_S = 2.0
 POLL_S = 0.1
-TOKEN_KINDS = ("controller", "coordinator", "node_manager")
+TOKEN_KINDS = ("controller", "coordinator")
 # Every kind is stopped within the deepest nested grace (a node manager stopping its engine server).
 COMPONENT_RESTARTS = RestartPolicy(
     backoff=Backoff(initial_s=0.5, factor=2.0, cap_s=30.0, jitter=0.2),
@@ -153,6 +155,10 @@ class SupervisedComponent:
         env = {**os.environ, **job.env}
         if job.kind in TOKEN_KINDS:
             env[env_names.CONTROLLER_TOKEN] = self._token
+        else:
+            env.pop(env_names.CONTROLLER_TOKEN, None)
+        if job.kind == "node_manager":
+            env[instance_credential_env(job.name)] = instance_credential(self._token, job.name)
         Path(job.run_dir).mkdir(parents=True, exist_ok=True)
         restarts = self.child.restarts
         banner = f"{job.name} {f'restart {restarts}' if restarts else 'start'} by the job supervisor"

@@ -1,6 +1,7 @@
 """What the patch predicates look at, gathered without importing torch or vLLM (unless asked to)."""
 
 import importlib.metadata
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -14,6 +15,10 @@ MOONCAKE_CONNECTOR_FILES = (
 ACCELERATOR_INDEX_CALL = "torch.accelerator.current_device_index()"
 MULTI_CONNECTOR_FILE = "vllm/distributed/kv_transfer/kv_connector/v1/multi_connector.py"
 UNLISTED_METRICS_ASSERTION = "is not contained in the list of registered connectors"
+SHM_BROADCAST_FILE = "vllm/distributed/device_communicators/shm_broadcast.py"
+SHM_READER_SPIN_DEFAULT = re.compile(r"busy_loop_s:\s*float\s*=\s*1(\.0*)?\s*[,)]")
+# Settings proposed upstream for the readers' busy loop: an installed vLLM that reads either needs no fix.
+SHM_SPIN_ENVS = ("VLLM_SHM_BROADCAST_BUSY_LOOP_S", "VLLM_SHM_BROADCAST_BUSY_SLEEP_S")
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,8 @@ class Facts:
     mooncake_asks_device_index: bool = False
     # The installed MultiConnector asserts that every sub-connector reporting transfer stats has Prometheus metrics.
     multi_connector_asserts_metrics: bool = False
+    # The installed shared-memory queue readers spin with sched_yield for a hard-coded 1 s after each read.
+    shm_reader_spins_one_second: bool = False
 
     def with_accelerator(self, present: bool) -> "Facts":
         return replace(self, accelerator_present=present)
@@ -52,6 +59,8 @@ def gather_facts(*, probe_accelerator: bool = False) -> Facts:
         and _source_contains(vllm, MOONCAKE_CONNECTOR_FILES, ACCELERATOR_INDEX_CALL),
         multi_connector_asserts_metrics=vllm is not None
         and _source_contains(vllm, (MULTI_CONNECTOR_FILE,), UNLISTED_METRICS_ASSERTION),
+        shm_reader_spins_one_second=vllm is not None
+        and shm_reader_spins_one_second(_source(vllm, SHM_BROADCAST_FILE) or ""),
     )
 
 
@@ -85,12 +94,25 @@ def _first_distribution(names: tuple[str, ...]) -> importlib.metadata.Distributi
     return None
 
 
+def shm_reader_spins_one_second(source: str) -> bool:
+    """Whether shm_broadcast.py's source gives its readers a 1 s sched_yield loop by default, with no setting."""
+    configurable = any(name in source for name in SHM_SPIN_ENVS)
+    return (
+        not configurable and "sched_yield()" in source and SHM_READER_SPIN_DEFAULT.search(source) is not None
+    )
+
+
+def _source(distribution: importlib.metadata.Distribution, relative: str) -> str | None:
+    path = Path(str(distribution.locate_file(relative)))
+    return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+
+
 def _source_contains(
     distribution: importlib.metadata.Distribution, files: tuple[str, ...], marker: str
 ) -> bool:
     """Whether the first of `files` that exists in the distribution contains `marker`."""
     for relative in files:
-        path = Path(str(distribution.locate_file(relative)))
-        if path.is_file():
-            return marker in path.read_text(encoding="utf-8", errors="replace")
+        text = _source(distribution, relative)
+        if text is not None:
+            return marker in text
     return False

@@ -41,13 +41,14 @@ def replace_method(cls: type, name: str, replacement: Callable[..., Any]) -> Non
 
 
 def known_patches() -> list[Patch]:
-    from motor.engine.patches import connector_metrics, cpu, multi_connector
+    from motor.engine.patches import connector_metrics, cpu, multi_connector, shm_spin
 
     return [
         multi_connector.PATCH,
         connector_metrics.PATCH,
         cpu.BROKEN_TORCH_EXTENSIONS,
         cpu.MOONCAKE_DEVICE_INDEX,
+        shm_spin.PATCH,
     ]
 
 

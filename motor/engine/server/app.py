@@ -13,6 +13,7 @@ from aiohttp import web
 
 from motor.engine.patches.runtime import shim_dir
 from motor.engine.server.health import HealthTracker
+from motor.protocol.credentials import is_motor_credential, redacted_argv
 from motor.protocol.engine import EngineStatus
 from motor.runtime.processes import ENGINE_GRACE_S, Child, shell_exit_code, spawn
 
@@ -35,8 +36,9 @@ class ServerOptions:
 
 
 def child_environment(base: dict[str, str], *, apply_patches: bool) -> dict[str, str]:
-    """The engine's environment: ours, with the patch shim first on PYTHONPATH so the gated fixes load."""
-    env = dict(base)
+    """The engine's environment: ours (the node manager gave us an allowlisted one) without any of motor's
+    credentials, with the patch shim first on PYTHONPATH so the gated fixes load."""
+    env = {name: value for name, value in base.items() if not is_motor_credential(name)}
     env.setdefault("PYTHONUNBUFFERED", "1")
     if apply_patches:
         parts = [str(shim_dir()), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
@@ -71,7 +73,7 @@ async def serve(options: ServerOptions) -> int:
         loop.add_signal_handler(signum, stop.set)
 
     engine = start_engine(options)
-    log.info("engine started (pid %d): %s", engine.pid, " ".join(options.command))
+    log.info("engine started (pid %d): %s", engine.pid, " ".join(redacted_argv(options.command)))
     health_url = f"http://{_url_host(options.engine_host)}:{options.engine_port}/health"
     timeout = aiohttp.ClientTimeout(total=options.probe_timeout_s)
     try:

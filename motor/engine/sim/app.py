@@ -1,10 +1,14 @@
 """The simulator's HTTP server: a raw ASGI app (no framework, it must be fast) with vLLM's OpenAI routes,
 health, Prometheus metrics and the fault admin API.
+
+`/admin/faults` (GET and POST) needs `Authorization: Bearer <MOTOR_SIM_ADMIN_TOKEN>`, a test-only credential
+the simulator reads from its environment; without it set, fault injection at runtime is off (403).
 """
 
 import asyncio
 import contextlib
 import functools
+import hmac
 import json
 import logging
 import os
@@ -32,6 +36,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 Step = tuple[int, str | None]
 
+ADMIN_TOKEN_ENV = "MOTOR_SIM_ADMIN_TOKEN"
 MAX_BODY_BYTES = 32 << 20
 _JSON = (b"content-type", b"application/json")
 _SSE = (b"content-type", b"text/event-stream; charset=utf-8")
@@ -90,9 +95,18 @@ async def serve_lifespan(receive: Receive, send: Send, *, on_shutdown: Callable[
 
 class SimApp:
     def __init__(
-        self, config: SimConfig, *, engine: SimEngine, faults: FaultInjector, metrics: EngineMetrics
+        self,
+        config: SimConfig,
+        *,
+        engine: SimEngine,
+        faults: FaultInjector,
+        metrics: EngineMetrics,
+        admin_token: str | None = None,
     ) -> None:
+        """`admin_token`: what `/admin/faults` requires (default: MOTOR_SIM_ADMIN_TOKEN; unset: refused)."""
         self._config = config
+        token = admin_token if admin_token is not None else os.environ.get(ADMIN_TOKEN_ENV, "")
+        self._admin_token = token.encode() if token else None
         self._engine = engine
         self._faults = faults
         self._metrics = metrics
@@ -102,8 +116,8 @@ class SimApp:
             ("GET", "/v1/models"): self._models,
             ("GET", "/health"): self._health,
             ("GET", "/metrics"): self._prometheus,
-            ("GET", "/admin/faults"): self._get_faults,
-            ("POST", "/admin/faults"): self._set_faults,
+            ("GET", "/admin/faults"): self._admin(self._get_faults),
+            ("POST", "/admin/faults"): self._admin(self._set_faults),
         }
         self._paths = {path for _, path in self._routes}
 
@@ -161,6 +175,27 @@ class SimApp:
             preemptions=self._engine.num_preemptions,
         )
         await _send_bytes(send, 200, text.encode(), [_PROMETHEUS])
+
+    def _admin(
+        self, route: Callable[[Scope, Receive, Send], Awaitable[None]]
+    ) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+        async def checked(scope: Scope, receive: Receive, send: Send) -> None:
+            if self._admin_token is None:
+                message = f"fault injection at runtime is off: start the simulator with {ADMIN_TOKEN_ENV} set"
+                await _send_error(send, SimError(403, message))
+                return
+            scheme, _, given = (_header(scope, b"authorization") or "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(
+                given.strip().encode(), self._admin_token
+            ):
+                message = (
+                    f"missing or wrong bearer token: /admin/faults needs the simulator's {ADMIN_TOKEN_ENV}"
+                )
+                await _send_error(send, SimError(401, message))
+                return
+            await route(scope, receive, send)
+
+        return checked
 
     async def _get_faults(self, scope: Scope, receive: Receive, send: Send) -> None:
         await _send_json(send, 200, self._faults.faults.model_dump())
