@@ -51,7 +51,15 @@ from typing import Any
 
 import aiohttp
 import uvloop
-from coordinator_overhead import Process, free_port, process_seconds, refresh, spawn, wait_http
+from coordinator_overhead import (
+    REFRESH_TOKEN,
+    Process,
+    free_port,
+    process_seconds,
+    refresh,
+    spawn,
+    wait_http,
+)
 from plotting import default_plot_path, figure, save
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -295,6 +303,7 @@ def start_motor(policy: str, prefill: Engines, decode: Engines, work: Path) -> R
         [sys.executable, "-m", "motor.coordinator", "--spec", str(spec_path)],
         infer_port,
         work,
+        env={"MOTOR_CONTROLLER_TOKEN": REFRESH_TOKEN},  # what `refresh` pushes the instances with
     )
     wait_http(process, f"http://127.0.0.1:{mgmt_port}/startup")
     instances = [
@@ -308,7 +317,11 @@ def start_motor(policy: str, prefill: Engines, decode: Engines, work: Path) -> R
         for role, engines in (("prefill", prefill), ("decode", decode))
         for port, engine_id in zip(engines.ports, engines.engine_ids, strict=True)
     ]
-    refresh(mgmt_port, instances)
+    try:
+        refresh(mgmt_port, instances)
+    except BaseException:
+        process.stop()
+        raise
     return Router(f"motor {policy}", process, f"http://127.0.0.1:{infer_port}")
 
 
