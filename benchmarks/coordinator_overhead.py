@@ -213,6 +213,11 @@ def register(mgmt_port: int, engines: dict[str, Process]) -> None:
         }
         for role, engine in engines.items()
     ]
+    refresh(mgmt_port, instances)
+
+
+def refresh(mgmt_port: int, instances: list[dict[str, Any]]) -> None:
+    """Replace the coordinator's instance set (what the controller pushes), through its management API."""
     request = urllib.request.Request(
         f"http://127.0.0.1:{mgmt_port}/instances/refresh",
         data=json.dumps({"event": "set", "instances": instances}).encode(),

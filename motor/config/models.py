@@ -257,9 +257,12 @@ class SchedulerConfig(Section):
         default=None,
         description="pyMotor's name for the dispatch style; checked against the resolved profile",
     )
-    scheduler_type: Literal["round_robin", "load_balance", "prefix_affinity"] = "load_balance"
+    scheduler_type: Literal["round_robin", "load_balance", "prefix_affinity", "pd_aware"] = "load_balance"
     affinity_block_size: Annotated[int, Strict(), Field(ge=1)] = 128
     affinity_max_load_ratio: Annotated[float, Strict(), Field(ge=1.0)] = 2.0
+    admission_max_prefill_tokens: Annotated[int, Strict(), Field(ge=1)] = 16384
+    admission_max_decode_requests: Annotated[int, Strict(), Field(ge=1)] = 256
+    admission_queue_timeout: Annotated[float, Strict(), Field(ge=0)] = 5.0
     stall_degraded_after: Annotated[int, Strict(), Field(ge=1)] = 2
     stall_recovery_half_life: PositiveSeconds = 60.0
 

@@ -356,7 +356,8 @@ _S = f"{_K}.scheduler_config"
 _implemented(
     _S,
     "scheduler_type",
-    "load_balance, round_robin; kv_cache_affinity is motor's prefix_affinity (prefix hashing in the coordinator)",
+    "load_balance, round_robin; kv_cache_affinity is motor's prefix_affinity (prefix hashing in the coordinator); "
+    "pd_aware is motor's own",
 )
 _implemented(
     _S,
@@ -366,7 +367,8 @@ _implemented(
 )
 _implemented(
     _S,
-    "dispatch_profile affinity_block_size affinity_max_load_ratio stall_degraded_after stall_recovery_half_life",
+    "dispatch_profile affinity_block_size affinity_max_load_ratio admission_max_prefill_tokens "
+    "admission_max_decode_requests admission_queue_timeout stall_degraded_after stall_recovery_half_life",
     "motor's own keys",
 )
 _warned(

@@ -47,6 +47,8 @@ class Core:
             scheduling.scheduler_type,
             affinity_block_size=scheduling.affinity_block_size,
             affinity_max_load_ratio=scheduling.affinity_max_load_ratio,
+            admission_max_prefill_tokens=scheduling.admission_max_prefill_tokens,
+            admission_max_decode_requests=scheduling.admission_max_decode_requests,
             stall_policy=StallPolicy(scheduling.stall_degraded_after, scheduling.stall_recovery_half_life),
         )
         self.scheduler.health_changed = self.observer.health_changed

@@ -159,8 +159,8 @@ async def test_a_leg_failure_before_output_is_retried_elsewhere_after_backoff(
 ) -> None:
     d = dispatch(core)
     attempt = d.new_attempt()
-    prefill = attempt.prefill_leg(attempt.pick("prefill"))
-    decode = attempt.client_leg(attempt.pick("decode"), 4, 10)
+    prefill = attempt.prefill_leg(await attempt.pick("prefill"))
+    decode = attempt.client_leg(await attempt.pick("decode"), 4, 10)
     assert not idle(core)
     failure = prefill.failed("http_status", "prefill answered 500", reason="http_500")
     assert prefill.state is LegState.FAILED and attempt.cause is failure
@@ -171,7 +171,7 @@ async def test_a_leg_failure_before_output_is_retried_elsewhere_after_backoff(
     assert metric(core, prometheus, "motor_coordinator_retries_total", role="prefill", reason="http_500") == 1
     second = d.new_attempt()
     assert (second.number, second.engine_rid) == (1, b"req-1-retry1")
-    assert second.pick("prefill") is not prefill.target, "the retry avoids the instance that failed"
+    assert await second.pick("prefill") is not prefill.target, "the retry avoids the instance that failed"
     assert core.retry_policy.next_delay(2) == 0.5
 
 
@@ -196,7 +196,7 @@ async def test_the_last_attempt_gives_up_with_the_count(core: Core) -> None:
 async def test_engine_rejection_is_final_and_excludes_nothing(core: Core) -> None:
     d = dispatch(core)
     attempt = d.new_attempt()
-    leg = attempt.client_leg(attempt.pick("decode"), 4, 10)
+    leg = attempt.client_leg(await attempt.pick("decode"), 4, 10)
     rejected = EngineRejected("decode", leg.target, 400, b'{"error": "bad"}', b"application/json")
     assert attempt.fail(rejected, core.retry_policy) is None
     assert attempt.phase is Phase.FAILED and attempt.failure is rejected and rejected.status == 400
@@ -207,7 +207,7 @@ async def test_engine_rejection_is_final_and_excludes_nothing(core: Core) -> Non
 async def test_a_failure_past_infer_timeout_ends_the_request(core: Core) -> None:
     d = dispatch(core)
     attempt = d.new_attempt()
-    leg = attempt.prefill_leg(attempt.pick("prefill"))
+    leg = attempt.prefill_leg(await attempt.pick("prefill"))
     d.deadline = d.loop.time()  # the budget is spent (60 s in the fixture)
     assert attempt.fail(leg.failed("timeout", "no answer"), core.retry_policy) is None
     assert attempt.failure is not None and attempt.failure.reason == "infer_timeout"
@@ -220,8 +220,8 @@ async def test_the_first_failure_of_an_attempt_is_its_cause(core: Core) -> None:
     is a consequence, and the retry avoids the prefill instance, not the decode."""
     d = dispatch(core)
     attempt = d.new_attempt()
-    decode = attempt.client_leg(attempt.pick("decode"), 4, 10)
-    prefill = attempt.prefill_leg(attempt.pick("prefill"))
+    decode = attempt.client_leg(await attempt.pick("decode"), 4, 10)
+    prefill = attempt.prefill_leg(await attempt.pick("prefill"))
     cause = prefill.failed("connect", "refused")
     attempt.prefill_failed(cause)
     assert decode.state is LegState.ABORTED
@@ -235,7 +235,7 @@ async def test_the_first_failure_of_an_attempt_is_its_cause(core: Core) -> None:
 async def test_streaming_is_the_retry_guard(core: Core) -> None:
     d = dispatch(core)
     attempt = d.new_attempt()
-    leg = attempt.client_leg(attempt.pick("decode"), 4, 10)
+    leg = attempt.client_leg(await attempt.pick("decode"), 4, 10)
     leg._move(LegState.SENT)
     attempt._enter(Phase.DECODE)
     leg._move(LegState.RECEIVING)
@@ -251,7 +251,10 @@ async def test_streaming_is_the_retry_guard(core: Core) -> None:
 async def test_expire_closes_the_attempt_and_cancels_the_task_once(core: Core) -> None:
     d = dispatch(core)
     attempt = d.new_attempt()
-    legs = [attempt.prefill_leg(attempt.pick("prefill")), attempt.client_leg(attempt.pick("decode"), 4, 10)]
+    legs = [
+        attempt.prefill_leg(await attempt.pick("prefill")),
+        attempt.client_leg(await attempt.pick("decode"), 4, 10),
+    ]
     task = asyncio.ensure_future(asyncio.sleep(30))
     d.attach(task)
     d.expire("client_gone")
@@ -276,8 +279,8 @@ async def test_transitions_feed_the_existing_metrics(core: Core, prometheus: Col
     d = dispatch(core)
     attempt = d.new_attempt()
     attempt.pd = True
-    prefill = attempt.prefill_leg(attempt.pick("prefill"))
-    decode = attempt.client_leg(attempt.pick("decode"), 4, 10)
+    prefill = attempt.prefill_leg(await attempt.pick("prefill"))
+    decode = attempt.client_leg(await attempt.pick("decode"), 4, 10)
     observer.leg_changed(prefill, LegState.SENT, LegState.DONE, 0.2)
     observer.phase_changed(attempt, Phase.HANDOVER, Phase.STREAMING, 0.3)
     observer.phase_changed(
@@ -300,9 +303,48 @@ async def test_a_leg_closed_before_its_task_resumes_ends_as_cancelled(core: Core
     """concurrent: the decode leg's task may first run after the attempt was aborted; it must end quietly."""
     d = dispatch(core)
     attempt = d.new_attempt()
-    leg = attempt.client_leg(attempt.pick("decode"), 4, 10)
+    leg = attempt.client_leg(await attempt.pick("decode"), 4, 10)
     attempt.abort("client disconnected")
     with pytest.raises(LegFailure) as caught:
         await attempt.open_client_leg(leg, b"{}")
     assert caught.value.kind == "cancelled" and leg.state is LegState.ABORTED
     assert attempt.cause is None and attempt.phase is Phase.ABORTED
+
+
+# ---- admission (pd_aware): a leg waits for room, or is refused as overloaded --------------------------------
+
+
+@pytest.fixture
+async def admitting_core(prometheus: CollectorRegistry) -> AsyncIterator[Core]:
+    scheduling = {
+        "scheduler_type": "pd_aware",
+        "admission_max_decode_requests": 1,
+        "admission_queue_timeout": 0.3,
+    }
+    config = {
+        "exception_config": {"max_retry": 2, "retry_delay": 0.25, "infer_timeout": 60},
+        "scheduler_config": scheduling,
+    }
+    async with running_core(prometheus, config) as result:
+        yield result
+
+
+async def test_a_leg_waits_for_room_under_its_admission_bound(admitting_core: Core) -> None:
+    first = dispatch(admitting_core).new_attempt()
+    busy = first.client_leg(await first.pick("decode"), 4, 10)
+    second = dispatch(admitting_core).new_attempt()
+    waiting = asyncio.ensure_future(second.pick("decode"))
+    await asyncio.sleep(0.05)
+    assert not waiting.done(), "the only decode instance is at its bound: the leg waits"
+    busy.allocation.release()
+    assert await asyncio.wait_for(waiting, 1) is busy.target
+
+
+async def test_a_leg_is_refused_as_overloaded_when_no_room_frees_in_time(admitting_core: Core) -> None:
+    first = dispatch(admitting_core).new_attempt()
+    first.client_leg(await first.pick("decode"), 4, 10)
+    second = dispatch(admitting_core).new_attempt()
+    with pytest.raises(LegFailure) as refused:
+        await second.pick("decode")
+    assert refused.value.kind == "overloaded" and refused.value.status == 503
+    assert not refused.value.retryable and "admission bound" in refused.value.message

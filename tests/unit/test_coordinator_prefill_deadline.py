@@ -198,7 +198,7 @@ def endpoint_of(core: Core, instance_id: str) -> EndpointLoad:
 
 async def test_without_a_measured_rate_the_leg_keeps_the_request_limit(core: Core) -> None:
     attempt = dispatch(core).new_attempt()
-    leg = attempt.prefill_leg(attempt.pick("prefill"))
+    leg = attempt.prefill_leg(await attempt.pick("prefill"))
     assert leg.budget == 0.0 and leg.deadline == pytest.approx(attempt.prefill_deadline(), abs=0.1)
     assert leg.work == attempt.dispatch.request.demand.prompt_tokens
     failure = leg.upstream_failed(UpstreamError("timeout", "the engine did not answer in time"))
@@ -213,7 +213,7 @@ async def test_a_missed_leg_deadline_is_a_stall_that_moves_the_leg(
             core.scheduler.prefill_answered(endpoint_of(core, instance), 1000, 0.1)  # 10,000 tokens/s
     d = dispatch(core)
     attempt = d.new_attempt()
-    leg = attempt.prefill_leg(attempt.pick("prefill"))
+    leg = attempt.prefill_leg(await attempt.pick("prefill"))
     stalled_instance = leg.target.instance_id
     # floor 2 s: a few prompt tokens at 10,000 tokens/s estimate far less
     assert leg.budget == 2.0 and leg.deadline == pytest.approx(core.loop.time() + 2.0, abs=0.1)
@@ -225,7 +225,7 @@ async def test_a_missed_leg_deadline_is_a_stall_that_moves_the_leg(
     assert attempt.fail(failure, core.retry_policy) == 0.25 and attempt.phase is Phase.RETRYING
     assert leg.state is LegState.FAILED and leg.allocation.endpoint.in_flight == 0
     assert d.excluded("prefill") == {stalled_instance}
-    assert d.new_attempt().pick("prefill").instance_id != stalled_instance
+    assert (await d.new_attempt().pick("prefill")).instance_id != stalled_instance
     core.metrics.flush()
     labels = {"instance": stalled_instance}
     assert prometheus.get_sample_value("motor_coordinator_prefill_stalls_total", labels) == 1
@@ -248,4 +248,6 @@ async def test_a_second_stall_degrades_the_instance(core: Core, prometheus: Coll
     assert endpoint.stalls.degraded
     labels = {"instance": "prefill-0", "role": "prefill"}
     assert prometheus.get_sample_value("motor_coordinator_instance_degraded", labels) == 1
-    assert {dispatch(core).new_attempt().pick("prefill").instance_id for _ in range(6)} == {"prefill-1"}
+    assert {(await dispatch(core).new_attempt().pick("prefill")).instance_id for _ in range(6)} == {
+        "prefill-1"
+    }

@@ -12,6 +12,7 @@ import json
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from motor.coordinator.dispatch.deadlines import prefill_budget
@@ -21,6 +22,7 @@ from motor.coordinator.dispatch.failures import (
     describe,
     engine_message,
     no_instance,
+    overloaded,
     retryable_status,
 )
 from motor.coordinator.dispatch.states import (
@@ -334,7 +336,15 @@ class Attempt:
 
     # ---- instances and legs --------------------------------------------------------------------------------
 
-    def pick(self, role: str) -> Target:
+    async def pick(self, role: str) -> Target:
+        target = self._pick_now(role)
+        if target is None and self.dispatch.core.scheduler.saturated(role):  # type: ignore[arg-type]
+            target = await self._wait_for_room(role)
+        if target is None:
+            raise no_instance(role, f"no {role} instance is registered")
+        return target
+
+    def _pick_now(self, role: str) -> Target | None:
         dispatch = self.dispatch
         scheduler = dispatch.core.scheduler
         excluded = dispatch.excluded(role)
@@ -342,9 +352,29 @@ class Attempt:
         if target is None and excluded:
             # Every instance of the role already failed this request: try again where it failed.
             target = scheduler.pick(role, dispatch.request.demand)  # type: ignore[arg-type]
-        if target is None:
-            raise no_instance(role, f"no {role} instance is registered")
         return target
+
+    async def _wait_for_room(self, role: str) -> Target | None:
+        """Every instance of the role is at its admission bound: wait until load is released and a pick
+        succeeds, within `admission_queue_timeout`; then the request is refused as overloaded."""
+        dispatch = self.dispatch
+        scheduler = dispatch.core.scheduler
+        loop = dispatch.loop
+        timeout = dispatch.core.config.scheduler_config.admission_queue_timeout
+        deadline = min(loop.time() + timeout, self.first_token_deadline)
+        while (remaining := deadline - loop.time()) > 0:
+            room: asyncio.Future[None] = loop.create_future()
+            scheduler.when_released(partial(_wake, room))
+            try:
+                await asyncio.wait_for(room, remaining)
+            except TimeoutError:
+                break
+            target = self._pick_now(role)
+            if target is not None:
+                return target
+            if not scheduler.saturated(role):  # type: ignore[arg-type]
+                return None
+        raise overloaded(role, f"every {role} instance stayed at its admission bound for {timeout:g} s")
 
     def _leg(self, target: Target, tokens: float, kv: float, deadline: float, client: bool) -> Leg:
         allocation = self.dispatch.core.scheduler.allocate(target, tokens, kv)
@@ -362,9 +392,9 @@ class Attempt:
     def prefill_leg(self, target: Target) -> Leg:
         """A prefill leg bounded by its own budget when that ends before the request's limits do."""
         dispatch = self.dispatch
-        prompt = dispatch.request.demand.prompt_tokens
+        demand = dispatch.request.demand
         limit = self.prefill_deadline()
-        leg = self.prefill = self._leg(target, prompt, prompt, limit, False)
+        leg = self.prefill = self._leg(target, demand.prefill_tokens, demand.prompt_tokens, limit, False)
         endpoint = leg.allocation.endpoint
         leg.work = endpoint.tokens
         budget = prefill_budget(dispatch.core.config.timeout_config, leg.work, endpoint.prefill_rate)
@@ -568,6 +598,11 @@ class Attempt:
         for leg in self.legs:
             leg.abort(reason)
             leg.allocation.release()
+
+
+def _wake(room: "asyncio.Future[None]") -> None:
+    if not room.done():
+        room.set_result(None)
 
 
 def _consume_outcome(task: "asyncio.Task[PrefillResult]") -> None:

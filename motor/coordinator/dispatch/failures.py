@@ -51,6 +51,8 @@ FAILURES: dict[str, FailureRule] = {
     "engine_rejected": FailureRule(False, False, 400, UPSTREAM_ERROR, "upstream_failed"),
     # no instance for a role (none, only decode ones, or it went away): wait for the controller with backoff
     "no_instance": FailureRule(True, False, 503, "service_unavailable", "upstream_failed"),
+    # every instance of a role stayed at its admission bound (pd_aware) for admission_queue_timeout: shed
+    "overloaded": FailureRule(False, False, 503, "service_unavailable", "overloaded"),
     # the request's own budget ran out between attempts
     "infer_timeout": FailureRule(False, False, 504, UPSTREAM_ERROR, "infer_timeout"),
 }
@@ -126,6 +128,10 @@ class EngineRejected(LegFailure):
 
 def no_instance(role: str, message: str, reason: str = "no_instance") -> LegFailure:
     return LegFailure("no_instance", role, None, message, reason=reason)
+
+
+def overloaded(role: str, message: str) -> LegFailure:
+    return LegFailure("overloaded", role, None, message)
 
 
 def retryable_status(status: int) -> bool:

@@ -29,14 +29,14 @@ def _decode_leg(a: Attempt, target: Target) -> Leg:
 
 
 async def _prefill_first(a: Attempt) -> None:
-    prefill = a.prefill_leg(a.pick("prefill"))
+    prefill = a.prefill_leg(await a.pick("prefill"))
     result = await a.run_prefill(prefill, {"do_remote_decode": True, "do_remote_prefill": False})
-    decode = _decode_leg(a, a.pick("decode"))
+    decode = _decode_leg(a, await a.pick("decode"))
     await a.open_client_leg(decode, decode_body(a.dispatch.request.body, result.kv_transfer_params))
 
 
 async def _decode_first(a: Attempt) -> None:
-    decode = _decode_leg(a, a.pick("decode"))
+    decode = _decode_leg(a, await a.pick("decode"))
     callbacks = a.dispatch.core.callbacks
     slot = callbacks.open(a)
     try:
@@ -51,7 +51,7 @@ async def answer_prefill_callback(slot: CallbackSlot, params: dict[str, Any]) ->
     attempt fails with the prefill's error (so the retry avoids the prefill instance, not the decode)."""
     a = slot.attempt
     try:
-        prefill = a.prefill_leg(a.pick("prefill"))
+        prefill = a.prefill_leg(await a.pick("prefill"))
         return await a.run_prefill(prefill, params)
     except LegFailure as failure:
         a.prefill_failed(failure)
@@ -59,8 +59,8 @@ async def answer_prefill_callback(slot: CallbackSlot, params: dict[str, Any]) ->
 
 
 async def _concurrent(a: Attempt) -> None:
-    prefill_target = a.pick("prefill")
-    decode = _decode_leg(a, a.pick("decode"))
+    prefill_target = await a.pick("prefill")
+    decode = _decode_leg(a, await a.pick("decode"))
     prefill = a.prefill_leg(prefill_target)
     room = secrets.randbits(63)
     transfer_id = str(room)
@@ -106,7 +106,7 @@ def _aggregated_on(role: str) -> Flow:
     async def aggregated(a: Attempt) -> None:
         demand = a.dispatch.request.demand
         total = demand.prompt_tokens + demand.max_new_tokens
-        leg = a.client_leg(a.pick(role), total, total)
+        leg = a.client_leg(await a.pick(role), total, total)
         await a.open_client_leg(leg, a.dispatch.request.raw)
 
     return Flow(f"aggregated on {role}", False, aggregated)

@@ -1,5 +1,6 @@
 """What a request costs the endpoint that serves it, estimated without a tokenizer (see
-`motor.coordinator.requests`), and its prompt's block hashes (computed once, on first use)."""
+`motor.coordinator.requests`), its prompt's block hashes (computed once, on first use), and — under policies
+that estimate it — how much of the prompt the shared KV pool probably holds already."""
 
 from dataclasses import dataclass, field
 
@@ -12,6 +13,7 @@ class Demand:
     max_new_tokens: int
     prompt_text: str = ""
     prompt_token_ids: list[int] | None = None
+    pool_hit_tokens: int | None = None  # set by `PoolHits` when the prefill leg is placed
     _hashes: list[int] | None = field(default=None, repr=False)
 
     def block_hashes(self, block_size: int) -> list[int]:
@@ -21,3 +23,8 @@ class Demand:
             else:
                 self._hashes = text_block_hashes(self.prompt_text, block_size)
         return self._hashes
+
+    @property
+    def prefill_tokens(self) -> int:
+        """Prompt tokens a prefill has to compute: all of them, less the expected pool hits (at least one)."""
+        return max(1, self.prompt_tokens - (self.pool_hit_tokens or 0))

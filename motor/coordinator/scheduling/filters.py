@@ -1,5 +1,7 @@
 """Filters: which endpoints may take a leg at all."""
 
+import math
+
 from motor.coordinator.registry import Target
 from motor.coordinator.scheduling.demand import Demand
 from motor.coordinator.scheduling.load import EndpointLoad
@@ -54,3 +56,18 @@ class LoadRatioFilter(LoadBoundFilter):
     def limit(self, least_load: float, demand: Demand) -> float:
         cost = max(1, demand.prompt_tokens)
         return self.max_ratio * (least_load + cost) - cost
+
+
+class AdmissionFilter(PointFilter):
+    """Endpoints below their admission bounds: fewer than `max_tokens` tokens still to compute (a prefill
+    queue), fewer than `max_requests` legs in flight (a decode batch). When no endpoint is below them the leg
+    waits for room or is refused (the scheduler's `saturated`), instead of overloading an engine."""
+
+    name = "admission"
+
+    def __init__(self, max_tokens: float | None = None, max_requests: int | None = None) -> None:
+        self.max_tokens = math.inf if max_tokens is None else max_tokens
+        self.max_requests = math.inf if max_requests is None else max_requests
+
+    def keep(self, endpoint: EndpointLoad, demand: Demand, exclude: Exclusions) -> bool:
+        return endpoint.tokens < self.max_tokens and endpoint.in_flight < self.max_requests

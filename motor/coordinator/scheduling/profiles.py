@@ -8,23 +8,44 @@ A policy is a named configuration of plugins per role; `scheduler_config.schedul
 | load_balance | role, routable, excluded | load (1) | max_score |
 | prefix_affinity, prefill and union roles | role, routable, excluded, load_ratio | prefix_affinity (1), load (1) | max_score |
 | prefix_affinity, decode role | as load_balance | | |
+| pd_aware, prefill and union roles | role, routable, excluded, admission (queued tokens) | queued_prefill (1) | max_score |
+| pd_aware, decode role | role, routable, excluded, admission (legs in flight) | kv_held (1), batch (1) | max_score |
 
 In prefix_affinity an owner of the prompt's prefix scores at least 1 + its load score and every other endpoint
 at most 1, so an owner that passed the load-ratio filter always wins and the least loaded owner among them;
 when none passed, the least loaded endpoint takes the leg (and becomes an owner).
+
+pd_aware (a motor extension) places each leg of a PD request by what that leg costs its engine: a prefill by
+the compute queued there, counting for every prefill leg only what the shared pool is not expected to hold
+(`pool_hits.py`: route by compute left, not by who saw the prefix); a decode by the KV it holds and its batch.
+Its admission filters keep a leg off an engine at its bound (`admission_max_prefill_tokens` queued,
+`admission_max_decode_requests` in flight); with every engine at its bound the leg waits for room.
 """
 
 from dataclasses import dataclass, field
 from typing import Literal
 
-from motor.coordinator.scheduling.filters import ExcludedFilter, LoadRatioFilter, RoleFilter, RoutableFilter
+from motor.coordinator.scheduling.filters import (
+    AdmissionFilter,
+    ExcludedFilter,
+    LoadRatioFilter,
+    RoleFilter,
+    RoutableFilter,
+)
 from motor.coordinator.scheduling.pickers import MaxScorePicker, RoundRobinPicker
-from motor.coordinator.scheduling.plugins import Filter, Picker, PoolFilter, Scorer
+from motor.coordinator.scheduling.plugins import Filter, Picker, PickObserver, PoolFilter, Scorer
+from motor.coordinator.scheduling.pool_hits import PoolHits
 from motor.coordinator.scheduling.prefix import PrefixIndex
-from motor.coordinator.scheduling.scorers import LoadScorer, PrefixAffinityScorer
+from motor.coordinator.scheduling.scorers import (
+    BatchScorer,
+    KvHeldScorer,
+    LoadScorer,
+    PrefixAffinityScorer,
+    QueuedPrefillScorer,
+)
 from motor.protocol.instances import InstanceRole
 
-PolicyName = Literal["round_robin", "load_balance", "prefix_affinity"]
+PolicyName = Literal["round_robin", "load_balance", "prefix_affinity", "pd_aware"]
 AFFINITY_ROLES: tuple[InstanceRole, ...] = ("prefill", "union")
 
 
@@ -34,6 +55,12 @@ class SchedulingProfile:
     filters: tuple[Filter, ...]
     scorers: tuple[tuple[Scorer, float], ...]
     picker: Picker
+    observers: tuple[PickObserver, ...] = ()  # learn from each decision without scoring
+
+    @property
+    def admission(self) -> bool:
+        """Whether a leg may find every endpoint at its admission bound (and then wait for room)."""
+        return any(isinstance(f, AdmissionFilter) for f in self.filters)
 
 
 @dataclass
@@ -41,6 +68,9 @@ class PolicyOptions:
     affinity_block_size: int = 128
     affinity_max_load_ratio: float = 2.0
     prefix_index: PrefixIndex = field(default_factory=PrefixIndex)
+    admission_max_prefill_tokens: float = 16384
+    admission_max_decode_requests: int = 256
+    pool_hits: PoolHits | None = None  # pd_aware's estimate, shared by the profiles of one scheduler
 
 
 def build_profile(policy: PolicyName, role: InstanceRole, options: PolicyOptions) -> SchedulingProfile:
@@ -57,6 +87,24 @@ def build_profile(policy: PolicyName, role: InstanceRole, options: PolicyOptions
                 (LoadScorer(), 1.0),
             ),
             MaxScorePicker(),
+        )
+    if policy == "pd_aware":
+        if role == "decode":
+            admission = AdmissionFilter(max_requests=options.admission_max_decode_requests)
+            return SchedulingProfile(
+                pool_filters,
+                (ExcludedFilter(), admission),
+                ((KvHeldScorer(), 1.0), (BatchScorer(), 1.0)),
+                MaxScorePicker(),
+            )
+        if options.pool_hits is None:
+            options.pool_hits = PoolHits(options.affinity_block_size)
+        return SchedulingProfile(
+            pool_filters,
+            (ExcludedFilter(), AdmissionFilter(max_tokens=options.admission_max_prefill_tokens)),
+            ((QueuedPrefillScorer(), 1.0),),
+            MaxScorePicker(),
+            (options.pool_hits,),
         )
     if policy in ("load_balance", "prefix_affinity"):
         return SchedulingProfile(pool_filters, (ExcludedFilter(),), ((LoadScorer(), 1.0),), MaxScorePicker())

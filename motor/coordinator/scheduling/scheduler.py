@@ -41,13 +41,13 @@ class Allocation:
         if self.tokens and self._scheduler is not None:
             self.endpoint.tokens -= self.tokens
             self.tokens = 0
-            self._scheduler.reposition(self.endpoint)
+            self._scheduler.released(self.endpoint)
 
     def release_kv(self) -> None:
         if self.kv and self._scheduler is not None:
             self.endpoint.kv -= self.kv
             self.kv = 0
-            self._scheduler.reposition(self.endpoint)
+            self._scheduler.released(self.endpoint)
 
     def release(self) -> None:
         scheduler = self._scheduler
@@ -59,7 +59,7 @@ class Allocation:
         endpoint.in_flight -= 1
         self.tokens = self.kv = 0
         self._scheduler = None
-        scheduler.reposition(endpoint)
+        scheduler.released(endpoint)
 
 
 class _RolePool:
@@ -70,8 +70,9 @@ class _RolePool:
         self.pool = Pool(endpoints)
         self.decider: Decider = compile_profile(profile, self.pool)
         self.heap = self.decider.heap
-        self.hooks: tuple[PickObserver, ...] = tuple(
-            scorer for scorer, _ in profile.scorers if isinstance(scorer, PickObserver)
+        self.hooks: tuple[PickObserver, ...] = (
+            *(scorer for scorer, _ in profile.scorers if isinstance(scorer, PickObserver)),
+            *profile.observers,
         )
 
 
@@ -83,6 +84,8 @@ class Scheduler:
         affinity_block_size: int = 128,
         affinity_max_load_ratio: float = 2.0,
         prefix_index: PrefixIndex | None = None,
+        admission_max_prefill_tokens: float = 16384,
+        admission_max_decode_requests: int = 256,
         stall_policy: StallPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -93,8 +96,13 @@ class Scheduler:
         self.health_changed: Callable[[EndpointLoad, bool], None] | None = None
         """Called with an endpoint and True when it became degraded, False when it recovered."""
         self.options = PolicyOptions(
-            affinity_block_size, affinity_max_load_ratio, prefix_index or PrefixIndex()
+            affinity_block_size,
+            affinity_max_load_ratio,
+            prefix_index or PrefixIndex(),
+            admission_max_prefill_tokens,
+            admission_max_decode_requests,
         )
+        self._room_waiters: list[Callable[[], None]] = []
         self._loads: dict[Target, EndpointLoad] = {}
         self._pools: dict[InstanceRole, _RolePool] = {
             role: _RolePool(build_profile(policy, role, self.options), []) for role in ROLES
@@ -156,6 +164,23 @@ class Scheduler:
         allocation = Allocation(self, endpoint, tokens, kv)
         self.reposition(endpoint)
         return allocation
+
+    def saturated(self, role: InstanceRole) -> bool:
+        """Whether a failed pick of `role` means every endpoint is at its admission bound (not that none is
+        registered): then the leg may wait for room (`when_released`)."""
+        pool = self._pools[role]
+        return pool.profile.admission and bool(pool.pool.endpoints)
+
+    def when_released(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once, the next time any allocation releases load."""
+        self._room_waiters.append(callback)
+
+    def released(self, endpoint: EndpointLoad) -> None:
+        self.reposition(endpoint)
+        if self._room_waiters:
+            waiters, self._room_waiters = self._room_waiters, []
+            for callback in waiters:
+                callback()
 
     def reposition(self, endpoint: EndpointLoad) -> None:
         heap = self._pools[endpoint.role].heap

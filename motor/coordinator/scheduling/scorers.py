@@ -60,3 +60,46 @@ class PrefixAffinityScorer(Scorer, PickObserver):
         hashes = demand.block_hashes(self.block_size)
         if hashes:
             self.index.remember(hashes, endpoint.key)
+
+
+class QueuedPrefillScorer(Scorer):
+    """Less compute queued scores higher: `half / (half + tokens still to compute)`. Under `pd_aware` a prefill
+    leg counts only what the pool does not hold (`Demand.prefill_tokens`), so this ranks prefill instances by
+    the compute they have left, whoever saw the prompt's prefix (the pool serves it to all of them)."""
+
+    name = "queued_prefill"
+
+    def __init__(self, half: float = LOAD_HALF_SCORE_TOKENS) -> None:
+        self.half = half
+
+    def score(self, candidates: list[EndpointLoad], demand: Demand) -> list[float]:
+        half = self.half
+        return [half / (half + endpoint.tokens) for endpoint in candidates]
+
+
+class KvHeldScorer(Scorer):
+    """Less KV held scores higher (`half / (half + KV tokens held)`): more headroom before the engine's KV
+    blocks run out and it queues or preempts."""
+
+    name = "kv_held"
+
+    def __init__(self, half: float = 8 * LOAD_HALF_SCORE_TOKENS) -> None:
+        self.half = half
+
+    def score(self, candidates: list[EndpointLoad], demand: Demand) -> list[float]:
+        half = self.half
+        return [half / (half + endpoint.kv) for endpoint in candidates]
+
+
+class BatchScorer(Scorer):
+    """Fewer legs in flight scores higher (`half / (half + legs)`): a decode step takes longer the larger the
+    batch, so a smaller batch means a shorter inter-token latency."""
+
+    name = "batch"
+
+    def __init__(self, half: float = 16.0) -> None:
+        self.half = half
+
+    def score(self, candidates: list[EndpointLoad], demand: Demand) -> list[float]:
+        half = self.half
+        return [half / (half + endpoint.in_flight) for endpoint in candidates]

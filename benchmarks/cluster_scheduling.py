@@ -1,0 +1,627 @@
+"""Which instance each leg goes to, at cluster scale: motor's scheduling policies against vllm-router's, on the
+same prefill/decode cluster of simulated engines, under the same load.
+
+The cluster: a real `mooncake_master` (the shared KV pool) and two motor-sim processes with the capacity model
+(docs/sim-capacity-model.md), one serving N prefill engines (kv_producer: they write their KV to the pool), one
+N decode engines (kv_consumer), as virtual engines. Every prefill engine reads the pool, so a prefix any of them
+computed is a pool hit for all: what is left to compute, not who saw the prefix, is what a prefill costs.
+
+The paths, each started fresh against the same engines and alternated turn by turn at every rate:
+- motor: a controller-less coordinator (prefill_first, the instances registered through its management API),
+  once per `scheduler_type` (`--motor-policies`);
+- vllm-router 0.1.17 in vLLM PD mode (`--vllm-pd-disaggregation`), once per policy (`--router-policies`), its
+  metrics listener on its own free port.
+
+The workload (`make_workload`, seeded, identical for every path): multi-turn sessions over a few shared system
+prompts (Zipf-popular), each turn's prompt the previous one plus the answer plus a new user message, lognormal
+(long-tailed) prompt and answer lengths, session starts in bursts (gamma inter-arrivals, CV 1.5) and turns after
+a think time, all on an open-loop schedule: turn k is sent at its time whatever happened to turn k-1. Every run
+salts its prompts' first word, so no run finds another run's prefixes in the engines' caches or the pool.
+
+Per path and rate: goodput (requests/s that met TTFT ≤ `--ttft-slo` and their own ITL P99 ≤ `--itl-slo`),
+TTFT and ITL P50/P99 (over the completed requests / their token gaps), errors (refused or broken requests), the prefill engines' pool hit ratio and local
+prefix cache hit ratio (prompt tokens found in the pool / their own cache, from the sims' metrics), the
+decode engines' handover ratio (prompt tokens whose KV the prefill handed over: a PD path that works), and the
+router's CPU time per request (its process tree's user + system time over the run). A PNG of goodput and TTFT
+P99 against the offered rate goes to `--plot`.
+
+    .venv/bin/python benchmarks/cluster_scheduling.py [--quick] [--engines 8] [--rates 6,12,18] [--duration 30]
+        [--motor-policies round_robin,load_balance,prefix_affinity,pd_aware]
+        [--router-policies round_robin,cache_aware,power_of_two] [--seed 1]
+
+Everything listens on 127.0.0.1 on free ports; every process started here is stopped by pid at the end.
+"""
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import random
+import re
+import string
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import uvloop
+from coordinator_overhead import (
+    REFRESH_TOKEN,
+    Process,
+    free_port,
+    process_seconds,
+    refresh,
+    spawn,
+    wait_http,
+)
+from plotting import default_plot_path, figure, save
+from prometheus_client.parser import text_string_to_metric_families
+
+from motor.config import load_documents
+from motor.deploy.plan import build_plan
+from motor.engine.sim.capacity import CapacityModel
+from motor.engine.sim.cli import capacity_flags
+from motor.kv.pool import KvCachePoolConfig
+from motor.pool.master import MooncakeMaster
+from motor.pool.net import free_local_ports
+
+MODEL = "cluster-sim"
+MOTOR_POLICIES = ("round_robin", "load_balance", "prefix_affinity", "pd_aware")
+ROUTER_POLICIES = ("round_robin", "cache_aware", "power_of_two")
+# A slow engine, so that the few requests per second a 2-core machine can drive through a router fill the
+# cluster: prefill at 1,000 tokens/s; a decode step costs 5 ms + 6 ms per running sequence + 2 ms per 1,000
+# tokens of their context (a dozen sequences of 1,000 tokens: ~100 ms a token, the ITL objective); 1,024
+# blocks of 16 tokens of KV (about 16 such sequences) per engine.
+CAPACITY = CapacityModel(
+    enabled=True,
+    prefill_tokens_per_s=1000,
+    max_num_batched_tokens=2048,
+    step_overhead_ms=5,
+    decode_ms_per_seq=6.0,
+    decode_ms_per_1k_context=2.0,
+)
+ENGINE_FLAGS = ["--num-gpu-blocks-override", "1024", "--max-num-seqs", "64", "--max-model-len", "16384"]
+# pd_aware's admission bounds for these engines: a prefill queue of 1,500 tokens is 1.5 s of compute (under
+# the 2 s TTFT objective); 10 sequences in a decode batch are ~85 ms a token (under 100 ms); a leg waits up to
+# 2 s for room (longer would miss the TTFT objective anyway), then the request is refused.
+ADMISSION = {
+    "admission_max_prefill_tokens": 1500,
+    "admission_max_decode_requests": 10,
+    "admission_queue_timeout": 2.0,
+}
+KV_BYTES_PER_TOKEN = 16  # the real bytes the sims put in the pool (cheap); the link is timed by the model
+_LISTENING = re.compile(
+    r"motor-sim listening on http://127\.0\.0\.1:(\d+) \(virtual engine (\d+), engine_id (\S+)\)"
+)
+
+
+# ---- workload (pure) ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkloadShape:
+    system_prompts: int = 8
+    system_median_tokens: int = 600
+    user_median_tokens: int = 80
+    answer_median_tokens: int = 40
+    sigma: float = 0.9  # lognormal spread of every length: a long tail
+    max_prompt_tokens: int = 8000
+    max_answer_tokens: int = 400
+    mean_turns: float = 3.0
+    max_turns: int = 8
+    think_mean_s: float = 4.0
+    burst_cv: float = 1.5  # coefficient of variation of the session inter-arrival times (1 = Poisson)
+
+
+@dataclass(frozen=True)
+class Turn:
+    at_s: float  # when to send it, from the run's start
+    session: int
+    index: int
+    prompt_words: tuple[str, ...]
+    max_tokens: int
+
+    def prompt(self, salt: str) -> str:
+        return " ".join((salt, *self.prompt_words))
+
+
+def _lognormal(rng: random.Random, median: float, sigma: float, cap: int) -> int:
+    return max(1, min(cap, round(rng.lognormvariate(math.log(median), sigma))))
+
+
+def _words(rng: random.Random, count: int) -> tuple[str, ...]:
+    """`count` random three-letter words: one token each for the sim's tokenizer, and about one for the
+    coordinator's estimate (4 characters a token, the space included)."""
+    return tuple("".join(rng.choices(string.ascii_lowercase, k=3)) for _ in range(count))
+
+
+def make_workload(
+    rate: float, duration_s: float, seed: int, shape: WorkloadShape = WorkloadShape()
+) -> list[Turn]:
+    """The turns that fall within [0, `duration_s`) of sessions arriving at `rate` / mean turns per second from
+    time 0 (so the offered rate ramps up to about `rate` requests/s as sessions accumulate turns), sorted by
+    time. Every turn's history was sent before it. Deterministic in (rate, duration, seed, shape)."""
+    rng = random.Random(f"{seed}:{rate}:{duration_s}")
+    systems = [
+        _words(rng, _lognormal(rng, shape.system_median_tokens, shape.sigma / 2, 4000))
+        for _ in range(shape.system_prompts)
+    ]
+    popularity = [1 / (k + 1) for k in range(shape.system_prompts)]
+    session_rate = rate / shape.mean_turns
+    gamma_shape = 1 / shape.burst_cv**2
+    turns: list[Turn] = []
+    start = 0.0
+    session = 0
+    while True:
+        start += rng.gammavariate(gamma_shape, 1 / (session_rate * gamma_shape))
+        if start >= duration_s:
+            break
+        words: tuple[str, ...] = rng.choices(systems, popularity)[0]
+        at = start
+        for index in range(shape.max_turns):
+            if index and rng.random() < 1 / shape.mean_turns:  # geometric: mean_turns turns on average
+                break
+            words = (*words, *_words(rng, _lognormal(rng, shape.user_median_tokens, shape.sigma, 2000)))
+            if len(words) > shape.max_prompt_tokens or at >= duration_s:
+                break
+            answer = _lognormal(rng, shape.answer_median_tokens, shape.sigma, shape.max_answer_tokens)
+            turns.append(Turn(at, session, index, words, answer))
+            # the next prompt carries this answer (as text: which words does not matter to the caches)
+            words = (*words, *_words(rng, answer))
+            at += rng.expovariate(1 / shape.think_mean_s)
+        session += 1
+    turns.sort(key=lambda turn: turn.at_s)
+    return turns
+
+
+# ---- results (pure) ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """One request as the client saw it."""
+
+    ok: bool
+    ttft_s: float = math.inf
+    gaps_s: list[float] = field(default_factory=list)  # between consecutive tokens
+    tokens: int = 0
+    error: str = ""
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def meets_slo(outcome: Outcome, ttft_slo_s: float, itl_slo_s: float) -> bool:
+    return (
+        outcome.ok
+        and outcome.ttft_s <= ttft_slo_s
+        and (not outcome.gaps_s or percentile(outcome.gaps_s, 0.99) <= itl_slo_s)
+    )
+
+
+def goodput(outcomes: list[Outcome], duration_s: float, ttft_slo_s: float, itl_slo_s: float) -> float:
+    """Requests per second of the schedule's duration that completed within both objectives."""
+    return sum(meets_slo(outcome, ttft_slo_s, itl_slo_s) for outcome in outcomes) / duration_s
+
+
+# ---- processes ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Engines:
+    process: Process
+    ports: list[int]
+    engine_ids: list[str]
+
+
+def start_pool(work: Path) -> MooncakeMaster:
+    rpc_port, metrics_port = free_local_ports(2)
+    pool = KvCachePoolConfig(
+        protocol="tcp",
+        global_segment_size=256 << 20,
+        local_buffer_size=64 << 20,
+        port=rpc_port,
+        metrics_port=metrics_port,
+    )
+    master = MooncakeMaster(pool, "127.0.0.1", work / "mooncake_master.log")
+    master.start()
+    return master
+
+
+def start_engines(role: str, count: int, store_config: Path, work: Path) -> Engines:
+    kv_role = "kv_producer" if role == "prefill" else "kv_consumer"
+    transfer = {"kv_connector": "MooncakeStoreConnector", "kv_role": kv_role, "engine_id": role}
+    args = [
+        sys.executable, "-m", "motor.engine.sim", "--host", "127.0.0.1", "--port", "0", "--model", MODEL,
+        "--log-level", "warning", "--virtual-engines", str(count), "--kv-transfer-config", json.dumps(transfer),
+        "--store-config", str(store_config), "--kv-bytes-per-token", str(KV_BYTES_PER_TOKEN),
+        *ENGINE_FLAGS, *capacity_flags(CAPACITY),
+    ]  # fmt: skip
+    process = spawn(f"sim-{role}", args, 0, work)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.popen.poll() is not None:
+            raise RuntimeError(f"the {role} sim exited:\n{process.log.read_text()[-3000:]}")
+        found = sorted(
+            (int(k), int(port), engine_id)
+            for port, k, engine_id in _LISTENING.findall(process.log.read_text())
+        )
+        if len(found) == count:
+            for _, port, _ in found:
+                wait_http(process, f"http://127.0.0.1:{port}/v1/models")
+            return Engines(process, [port for _, port, _ in found], [engine_id for _, _, engine_id in found])
+        time.sleep(0.1)
+    process.stop()
+    raise RuntimeError(f"the {role} sim did not start within 60 s:\n{process.log.read_text()[-3000:]}")
+
+
+@dataclass
+class Router:
+    name: str
+    process: Process
+    url: str
+
+
+def start_motor(policy: str, prefill: Engines, decode: Engines, work: Path) -> Router:
+    infer_port, mgmt_port = free_port(), free_port()
+    directory = work / f"motor-{policy}-{infer_port}"
+    directory.mkdir()
+    engine = {"engine_type": "sim", "engine_config": {"served_model_name": MODEL}}
+    user: dict[str, Any] = {
+        "version": "v2.0",
+        "motor_deploy_config": {
+            "deploy_mode": "local",
+            "p_instances_num": len(prefill.ports),
+            "d_instances_num": len(decode.ports),
+        },
+        "motor_coordinator_config": {
+            "logging_config": {"log_level": "WARNING"},
+            "api_config": {"coordinator_api_infer_port": infer_port, "coordinator_api_mgmt_port": mgmt_port},
+            "scheduler_config": {"dispatch_profile": "prefill_first", "scheduler_type": policy}
+            | (ADMISSION if policy == "pd_aware" else {}),
+            "timeout_config": {"request_timeout": 120, "read_timeout": 120},
+            "exception_config": {"first_token_timeout": 120, "infer_timeout": 600},
+        },
+        "motor_engine_prefill_config": engine,
+        "motor_engine_decode_config": engine,
+    }
+    plan = build_plan(load_documents(user, {"version": "2.0.0"}), config_dir=str(directory))
+    spec_path = directory / "coordinator.spec.json"
+    spec_path.write_text(plan.files[spec_path.name])
+    process = spawn(
+        f"motor-{policy}",
+        [sys.executable, "-m", "motor.coordinator", "--spec", str(spec_path)],
+        infer_port,
+        work,
+        env={"MOTOR_CONTROLLER_TOKEN": REFRESH_TOKEN},  # what `refresh` pushes the instances with
+    )
+    wait_http(process, f"http://127.0.0.1:{mgmt_port}/startup")
+    instances = [
+        {
+            "id": engine_id,
+            "role": role,
+            "engine_id": engine_id,
+            "model_name": MODEL,
+            "endpoints": [{"host": "127.0.0.1", "port": port}],
+        }
+        for role, engines in (("prefill", prefill), ("decode", decode))
+        for port, engine_id in zip(engines.ports, engines.engine_ids, strict=True)
+    ]
+    try:
+        refresh(mgmt_port, instances)
+    except BaseException:
+        process.stop()
+        raise
+    return Router(f"motor {policy}", process, f"http://127.0.0.1:{infer_port}")
+
+
+def start_vllm_router(policy: str, prefill: Engines, decode: Engines, work: Path) -> Router:
+    port, metrics_port = free_port(), free_port()
+    binary = Path(sys.executable).parent / "vllm-router"
+    args = [
+        str(binary),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--vllm-pd-disaggregation",
+        "--policy",
+        policy,
+    ]
+    for engine_port in prefill.ports:
+        args += ["--prefill", f"http://127.0.0.1:{engine_port}"]
+    for engine_port in decode.ports:
+        args += ["--decode", f"http://127.0.0.1:{engine_port}"]
+    args += [
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(metrics_port),
+        "--log-level",
+        "warning",
+    ]
+    args += ["--request-timeout-secs", "600", "--disable-retries", "--disable-circuit-breaker"]
+    process = spawn(f"vllm-router-{policy}", args, port, work)
+    wait_http(process, f"http://127.0.0.1:{port}/health", timeout_s=60)
+    return Router(f"vllm-router {policy}", process, f"http://127.0.0.1:{port}")
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system time of a process and its live descendants (a launcher may run the router as a child)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    total, stack = 0.0, [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            total += process_seconds(current)
+        except OSError:
+            continue
+        stack.extend(children.get(current, ()))
+    return total
+
+
+# ---- engine metrics ----------------------------------------------------------------------------------------
+
+
+ENGINE_SERIES = {
+    ("vllm:prompt_tokens_total", ""): "prompt",
+    ("vllm:prompt_tokens_cached_by_source_total", "external_unspecified"): "pool",
+    ("vllm:prompt_tokens_cached_by_source_total", "p2p"): "handover",
+    ("vllm:prompt_tokens_by_source_total", "local_cache_hit"): "local",
+    ("vllm:num_requests_running", ""): "running",
+    ("vllm:num_requests_waiting", ""): "waiting",
+}
+
+
+def engine_counters(engines: Engines) -> dict[str, float]:
+    """Summed over the engines: prompt tokens, pool hits, KV handed over by a prefill, local cache hits,
+    requests running and waiting."""
+    totals = dict.fromkeys(ENGINE_SERIES.values(), 0.0)
+    for port in engines.ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                key = ENGINE_SERIES.get((sample.name, sample.labels.get("source", "")))
+                if key is not None:
+                    totals[key] += sample.value
+    return totals
+
+
+def wait_idle(cluster: list[Engines], timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if all(c["running"] + c["waiting"] == 0 for c in map(engine_counters, cluster)):
+            return
+        time.sleep(0.5)
+    raise RuntimeError("the engines did not drain")
+
+
+# ---- load --------------------------------------------------------------------------------------------------
+
+
+async def send(session: aiohttp.ClientSession, url: str, turn: Turn, salt: str) -> Outcome:
+    body = {"model": MODEL, "prompt": turn.prompt(salt), "max_tokens": turn.max_tokens, "ignore_eos": True}
+    body |= {"stream": True, "temperature": 0}
+    started = time.perf_counter()
+    try:
+        async with session.post(f"{url}/v1/completions", json=body) as response:
+            if response.status != 200:
+                return Outcome(False, error=f"HTTP {response.status}")
+            outcome = Outcome(False)
+            last = 0.0
+            async for line in response.content:
+                if not line.startswith(b"data: {") or not json.loads(line[6:]).get("choices"):
+                    continue  # [DONE], or a usage chunk
+                now = time.perf_counter()
+                if outcome.tokens == 0:
+                    outcome.ttft_s = now - started
+                else:
+                    outcome.gaps_s.append(now - last)
+                last = now
+                outcome.tokens += 1
+            outcome.ok = outcome.tokens >= turn.max_tokens
+            if not outcome.ok:
+                outcome.error = f"{outcome.tokens} of {turn.max_tokens} tokens"
+            return outcome
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        return Outcome(False, error=type(exc).__name__)
+
+
+async def open_loop(url: str, turns: list[Turn], salt: str) -> list[Outcome]:
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=300)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        start = time.perf_counter()
+
+        async def one(turn: Turn) -> Outcome:
+            await asyncio.sleep(max(0.0, start + turn.at_s - time.perf_counter()))
+            return await send(session, url, turn, salt)
+
+        return list(await asyncio.gather(*(one(turn) for turn in turns)))
+
+
+# ---- one measurement ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    path: str
+    rate: float
+    requests: int
+    goodput: float
+    ttft_p50: float
+    ttft_p99: float
+    itl_p50: float
+    itl_p99: float
+    errors: int
+    pool_hit: float
+    local_hit: float
+    handover: float
+    cpu_us: float
+    load: float
+    first_error: str = ""
+
+
+def measure(
+    router: Router,
+    rate: float,
+    turns: list[Turn],
+    args: argparse.Namespace,
+    prefill: Engines,
+    decode: Engines,
+    run: int,
+) -> Row:
+    before, decode_before = engine_counters(prefill), engine_counters(decode)
+    cpu_before = tree_cpu_seconds(router.process.popen.pid)
+    outcomes = uvloop.run(open_loop(router.url, turns, salt=f"run{run}x{os.getpid()}"))
+    cpu = tree_cpu_seconds(router.process.popen.pid) - cpu_before
+    after, decode_after = engine_counters(prefill), engine_counters(decode)
+    prompt = max(1.0, after["prompt"] - before["prompt"])
+    decode_prompt = max(1.0, decode_after["prompt"] - decode_before["prompt"])
+    ok = [o for o in outcomes if o.ok]
+    gaps = [gap for o in ok for gap in o.gaps_s]
+    errors = [o.error for o in outcomes if not o.ok]
+    return Row(
+        router.name,
+        rate,
+        len(outcomes),
+        goodput(outcomes, args.duration, args.ttft_slo, args.itl_slo),
+        percentile([o.ttft_s for o in ok], 0.5),
+        percentile([o.ttft_s for o in ok], 0.99),
+        percentile(gaps, 0.5),
+        percentile(gaps, 0.99),
+        len(errors),
+        (after["pool"] - before["pool"]) / prompt,
+        (after["local"] - before["local"]) / prompt,
+        (decode_after["handover"] - decode_before["handover"]) / decode_prompt,
+        cpu / max(1, len(outcomes)) * 1e6,
+        os.getloadavg()[0],
+        errors[0] if errors else "",
+    )
+
+
+def paths(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    for policy in args.motor_policies:
+        yield "motor", policy
+    for policy in args.router_policies:
+        yield "vllm-router", policy
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:8.0f}" if math.isfinite(seconds) else f"{'-':>8}"
+
+
+def print_rows(rows: list[Row], args: argparse.Namespace) -> None:
+    print(
+        f"\n{args.engines}P+{args.engines}D sim engines (capacity model), goodput = requests/s with TTFT ≤ "
+        f"{args.ttft_slo:g} s and ITL P99 ≤ {args.itl_slo * 1e3:g} ms, {args.duration:g} s of arrivals per row"
+    )
+    print(
+        f"{'path':<28} {'rate':>5} {'reqs':>5} {'goodput':>8} {'ttft p50':>8} {'ttft p99':>8} {'itl p50':>8} "
+        f"{'itl p99':>8} {'errors':>6} {'pool hit':>8} {'local hit':>9} {'handover':>8} {'cpu µs/req':>10} "
+        f"{'load':>5}"
+    )
+    for r in sorted(rows, key=lambda r: (r.rate, r.path)):
+        print(
+            f"{r.path:<28} {r.rate:>5g} {r.requests:>5} {r.goodput:>8.2f} {ms(r.ttft_p50)} {ms(r.ttft_p99)} "
+            f"{ms(r.itl_p50)} {ms(r.itl_p99)} {r.errors:>6} {r.pool_hit:>8.0%} {r.local_hit:>9.0%} {r.handover:>8.0%} "
+            f"{r.cpu_us:>10.0f} {r.load:>5.1f}" + (f"  ({r.first_error})" if r.first_error else "")
+        )
+
+
+def plot(rows: list[Row], duration_s: float, path: Path) -> None:
+    """Goodput and TTFT P99 against the requests actually sent per second (sessions ramp up from time 0, so
+    fewer than the nominal rate)."""
+    fig, axes = figure(1, 2)
+    for name in dict.fromkeys(r.path for r in rows):
+        mine = sorted((r for r in rows if r.path == name), key=lambda r: r.rate)
+        style = "-o" if name.startswith("motor") else "--s"
+        sent = [r.requests / duration_s for r in mine]
+        axes[0][0].plot(sent, [r.goodput for r in mine], style, label=name)
+        axes[0][1].plot(sent, [r.ttft_p99 for r in mine], style, label=name)
+    axes[0][0].set(
+        xlabel="requests sent per second", ylabel="goodput (requests/s within SLO)", title="goodput"
+    )
+    axes[0][1].set(xlabel="requests sent per second", ylabel="seconds", title="TTFT P99", yscale="log")
+    axes[0][0].legend(fontsize=7)
+    save(fig, path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="4P+4D, rates 5 and 10, 20 s each: a few minutes"
+    )
+    parser.add_argument("--engines", type=int, default=8, help="prefill engines, and as many decode engines")
+    parser.add_argument("--rates", default="6,12,18", help="offered requests/s, comma-separated")
+    parser.add_argument("--duration", type=float, default=30.0, help="seconds of arrivals per run")
+    parser.add_argument("--motor-policies", default=",".join(MOTOR_POLICIES))
+    parser.add_argument("--router-policies", default=",".join(ROUTER_POLICIES))
+    parser.add_argument("--ttft-slo", type=float, default=2.0, help="seconds")
+    parser.add_argument("--itl-slo", type=float, default=0.1, help="seconds, a request's own ITL P99")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--plot", type=Path, default=default_plot_path("cluster_scheduling"))
+    args = parser.parse_args()
+    if args.quick:
+        args.engines, args.rates, args.duration = 4, "5,10", 20.0
+    args.motor_policies = [p for p in args.motor_policies.split(",") if p]
+    args.router_policies = [p for p in args.router_policies.split(",") if p]
+    rates = [float(rate) for rate in args.rates.split(",")]
+
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
+        work = Path(tmp)
+        master = start_pool(work)
+        started: list[Process] = []
+        try:
+            store_config = work / "store.json"
+            store_config.write_text(json.dumps(master.store_config()))
+            prefill = start_engines("prefill", args.engines, store_config, work)
+            started.append(prefill.process)
+            decode = start_engines("decode", args.engines, store_config, work)
+            started.append(decode.process)
+            run = 0
+            for rate in rates:
+                turns = make_workload(rate, args.duration, args.seed)
+                for kind, policy in paths(args):
+                    start = start_motor if kind == "motor" else start_vllm_router
+                    router = start(policy, prefill, decode, work)
+                    try:
+                        run += 1
+                        row = measure(router, rate, turns, args, prefill, decode, run)
+                    finally:
+                        router.process.stop()
+                    rows.append(row)
+                    print_rows([row], args)
+                    wait_idle([prefill, decode])
+        finally:
+            for process in started:
+                process.stop()
+            master.stop()
+    print(f"\ncpus: {os.cpu_count()}, load average at the end: {os.getloadavg()}")
+    print_rows(rows, args)
+    plot(rows, args.duration, args.plot)
+
+
+if __name__ == "__main__":
+    main()
