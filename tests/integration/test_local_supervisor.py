@@ -107,8 +107,15 @@ def test_every_killed_component_is_restarted_and_the_job_serves_again(
 
     # the restarted master is the pool again: the prefill writes a fresh prompt's KV into it, the decode reads it
     serve_and_check_handover(run)
-    pool = scrape_pool(run.state()["pool_metrics_url"])
-    assert pool.put_requests > 0 and pool.get_hits > 0 and pool.active_clients == 2
+    pool_metrics_url = run.state()["pool_metrics_url"]
+    # Each engine's store client re-registers with the restarted master on its own ping cycle, not at once.
+    wait_until(
+        lambda: scrape_pool(pool_metrics_url).active_clients == 2,
+        30,
+        "both engines' store clients registered with the restarted master",
+    )
+    pool = scrape_pool(pool_metrics_url)
+    assert pool.put_requests > 0 and pool.get_hits > 0
 
     table = io.StringIO()
     assert status_local(run.run_root, run.job_id, out=table) == 0
