@@ -6,7 +6,11 @@ Paths, alternated turn by turn in one run (the order rotates every turn, so each
 - vllm-router (0.1.17, `bench` extra): regular mode with the engine as its worker; for prefill_first its vLLM PD
   mode (`--vllm-pd-disaggregation`, the prefill and the decode engine);
 - smg (SGLang Model Gateway 1.13.0, `bench` extra): `smg launch` with the engine as its worker, aggregated only
-  (it has no PD mode for vLLM-style engines).
+  (it has no PD mode for vLLM-style engines);
+- with `--baseline DIR`, also motor@base: the coordinator from another source tree, for before/after figures.
+
+Both Rust routers run `--policy round_robin`, their cheapest (their default, cache_aware, keeps a prefix tree
+per request, which a one-worker proxy does not need), without retries or circuit breaker.
 
 Engines are zero-latency sim engines: one union engine for the aggregated proxy, 1P+1D for prefill_first (the
 direct call then goes to the decode engine as one aggregated request, so "added" includes the second leg a PD
@@ -26,6 +30,7 @@ A PNG with CPU per request by path goes to `--plot`.
 
     .venv/bin/python benchmarks/router_overhead.py [--turns 3] [--sequential 500] [--rate 500] [--turn-s 3]
         [--streams 1000] [--stream-tokens 50] [--configs aggregated,prefill_first] [--paths motor,vllm-router,smg]
+        [--baseline DIR]
 
 Everything listens on 127.0.0.1 on free ports; every process started here is stopped by pid at the end.
 """
@@ -78,7 +83,7 @@ def start_vllm_router(engines: dict[str, Process], work: Path) -> Process:
     port, metrics_port = free_port(), free_port()
     args = [str(BIN / "vllm-router"), "--host", "127.0.0.1", "--port", str(port)]
     if "union" in engines:
-        args += ["--worker-urls", f"http://127.0.0.1:{engines['union'].port}"]
+        args += ["--worker-urls", f"http://127.0.0.1:{engines['union'].port}", "--policy", "round_robin"]
     else:
         args += ["--vllm-pd-disaggregation", "--policy", "round_robin"]
         args += ["--prefill", f"http://127.0.0.1:{engines['prefill'].port}"]
@@ -100,7 +105,7 @@ def start_vllm_router(engines: dict[str, Process], work: Path) -> Process:
 def start_smg(engines: dict[str, Process], work: Path) -> Process:
     port, metrics_port = free_port(), free_port()
     args = [str(BIN / "smg"), "launch", "--host", "127.0.0.1", "--port", str(port)]
-    args += ["--worker-urls", f"http://127.0.0.1:{engines['union'].port}"]
+    args += ["--worker-urls", f"http://127.0.0.1:{engines['union'].port}", "--policy", "round_robin"]
     args += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port), "--log-level", "warn"]
     args += ["--disable-retries", "--disable-circuit-breaker"]
     process = spawn(f"smg-{port}", args, port, work)
@@ -108,14 +113,33 @@ def start_smg(engines: dict[str, Process], work: Path) -> Process:
     return process
 
 
-def start_paths(config: str, engines: dict[str, Process], routers: list[str], work: Path) -> list[Route]:
+def start_motor(config: str, engines: dict[str, Process], work: Path, name: str, tree: Path | None) -> Route:
+    """The coordinator from this checkout, or from `tree` (a copy of another commit's sources)."""
+    saved = os.environ.get("PYTHONPATH")
+    if tree is not None:
+        os.environ["PYTHONPATH"] = str(tree)
+    try:
+        coordinator = start_coordinator(config, work)
+    finally:
+        if tree is not None:
+            if saved is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = saved
+    register(coordinator.mgmt_port, engines)
+    return Route(name, coordinator.process.port, coordinator.headers, coordinator.process)
+
+
+def start_paths(
+    config: str, engines: dict[str, Process], routers: list[str], work: Path, baseline: Path | None
+) -> list[Route]:
     direct = engines["union"] if "union" in engines else engines["decode"]
     paths = [Route("direct", direct.port, {}, None)]
     for router in routers:
         if router == "motor":
-            coordinator = start_coordinator(config, work)
-            register(coordinator.mgmt_port, engines)
-            paths.append(Route(router, coordinator.process.port, coordinator.headers, coordinator.process))
+            paths.append(start_motor(config, engines, work, "motor", None))
+            if baseline is not None:
+                paths.append(start_motor(config, engines, work, "motor@base", baseline))
         elif router == "vllm-router":
             process = start_vllm_router(engines, work)
             paths.append(Route(router, process.port, {}, process))
@@ -242,7 +266,7 @@ class StreamFigures:
 
 
 async def stream_section(slow: Process, routers: list[str], args: argparse.Namespace, work: Path) -> None:
-    paths = [p for p in start_paths("aggregated", {"union": slow}, routers, work) if p.process]
+    paths = [p for p in start_paths("aggregated", {"union": slow}, routers, work, args.baseline) if p.process]
     try:
         results = {path.name: StreamFigures() for path in paths}
         loads = []
@@ -274,7 +298,9 @@ def plot(rows: list[tuple[str, str, dict[str, Figures]]], path: Path) -> None:
     fig, axes = figure(1, len(rows))
     for ax, (config, section, figures) in zip(axes[0], rows, strict=True):
         names = [name for name in figures if name != "direct"]
-        ax.bar(names, [figures[n].cpu_per_request_us for n in names], color=["C0", "C1", "C2"][: len(names)])
+        ax.bar(
+            names, [figures[n].cpu_per_request_us for n in names], color=[f"C{i}" for i in range(len(names))]
+        )
         ax.set_title(f"{config}, {section}")
         ax.set_ylabel("router CPU per request (µs)")
     save(fig, path)
@@ -301,7 +327,7 @@ async def main(args: argparse.Namespace) -> None:
                     "decode": engines["decode"],
                 }
             )
-            paths = start_paths(config, wired, args.paths, work)
+            paths = start_paths(config, wired, args.paths, work, args.baseline)
             try:
                 figures, loads = await alternate(
                     paths,
@@ -353,6 +379,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--ramp", type=float, default=2.0, help="seconds over which the streams are opened")
     parser.add_argument("--configs", type=lambda s: s.split(","), default=list(CONFIGS))
     parser.add_argument("--paths", type=lambda s: s.split(","), default=list(ROUTERS))
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="also run the coordinator from this source tree (e.g. `git archive <commit> motor | tar -x -C DIR`) "
+        "as the path motor@base, to measure a change before/after in the same run",
+    )
     parser.add_argument(
         "--plot", type=Path, default=default_plot_path("router_overhead"), help="PNG to write"
     )
