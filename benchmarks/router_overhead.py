@@ -37,6 +37,7 @@ Everything listens on 127.0.0.1 on free ports; every process started here is sto
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
@@ -79,38 +80,29 @@ class Route:
     process: Process | None  # None for the direct path
 
 
-def start_vllm_router(engines: dict[str, Process], work: Path) -> Process:
+def start_rust_router(binary: str, route_flags: list[str], log_level: str, work: Path) -> Process:
+    """vllm-router or smg on a free port, its metrics listener on another (both default to 29000)."""
     port, metrics_port = free_port(), free_port()
-    args = [str(BIN / "vllm-router"), "--host", "127.0.0.1", "--port", str(port)]
-    if "union" in engines:
-        args += ["--worker-urls", f"http://127.0.0.1:{engines['union'].port}", "--policy", "round_robin"]
-    else:
-        args += ["--vllm-pd-disaggregation", "--policy", "round_robin"]
-        args += ["--prefill", f"http://127.0.0.1:{engines['prefill'].port}"]
-        args += ["--decode", f"http://127.0.0.1:{engines['decode'].port}"]
-    args += [
-        "--prometheus-host",
-        "127.0.0.1",
-        "--prometheus-port",
-        str(metrics_port),
-        "--log-level",
-        "warning",
-    ]
-    args += ["--disable-retries", "--disable-circuit-breaker"]
-    process = spawn(f"vllm-router-{port}", args, port, work)
+    args = [str(BIN / binary), *route_flags, "--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin",
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port), "--log-level", log_level,
+            "--disable-retries", "--disable-circuit-breaker"]  # fmt: skip
+    process = spawn(f"{binary}-{port}", args, port, work)
     wait_http(process, f"http://127.0.0.1:{port}/health", timeout_s=60)
     return process
+
+
+def start_vllm_router(engines: dict[str, Process], work: Path) -> Process:
+    if "union" in engines:
+        flags = ["--worker-urls", f"http://127.0.0.1:{engines['union'].port}"]
+    else:
+        flags = ["--vllm-pd-disaggregation", "--prefill", f"http://127.0.0.1:{engines['prefill'].port}"]
+        flags += ["--decode", f"http://127.0.0.1:{engines['decode'].port}"]
+    return start_rust_router("vllm-router", flags, "warning", work)
 
 
 def start_smg(engines: dict[str, Process], work: Path) -> Process:
-    port, metrics_port = free_port(), free_port()
-    args = [str(BIN / "smg"), "launch", "--host", "127.0.0.1", "--port", str(port)]
-    args += ["--worker-urls", f"http://127.0.0.1:{engines['union'].port}", "--policy", "round_robin"]
-    args += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port), "--log-level", "warn"]
-    args += ["--disable-retries", "--disable-circuit-breaker"]
-    process = spawn(f"smg-{port}", args, port, work)
-    wait_http(process, f"http://127.0.0.1:{port}/health", timeout_s=60)
-    return process
+    flags = ["launch", "--worker-urls", f"http://127.0.0.1:{engines['union'].port}"]
+    return start_rust_router("smg", flags, "warn", work)
 
 
 def start_motor(config: str, engines: dict[str, Process], work: Path, name: str, tree: Path | None) -> Route:
@@ -131,21 +123,33 @@ def start_motor(config: str, engines: dict[str, Process], work: Path, name: str,
 
 
 def start_paths(
-    config: str, engines: dict[str, Process], routers: list[str], work: Path, baseline: Path | None
+    config: str,
+    engines: dict[str, Process],
+    routers: list[str],
+    work: Path,
+    baseline: Path | None,
+    stack: contextlib.ExitStack,
 ) -> list[Route]:
+    """The direct path and one per router; each router process is stopped when `stack` closes."""
     direct = engines["union"] if "union" in engines else engines["decode"]
     paths = [Route("direct", direct.port, {}, None)]
+
+    def add(route: Route) -> None:
+        assert route.process is not None
+        stack.callback(route.process.stop)
+        paths.append(route)
+
     for router in routers:
         if router == "motor":
-            paths.append(start_motor(config, engines, work, "motor", None))
+            add(start_motor(config, engines, work, "motor", None))
             if baseline is not None:
-                paths.append(start_motor(config, engines, work, "motor@base", baseline))
+                add(start_motor(config, engines, work, "motor@base", baseline))
         elif router == "vllm-router":
             process = start_vllm_router(engines, work)
-            paths.append(Route(router, process.port, {}, process))
+            add(Route(router, process.port, {}, process))
         elif router == "smg" and config == "aggregated":
             process = start_smg(engines, work)
-            paths.append(Route(router, process.port, {}, process))
+            add(Route(router, process.port, {}, process))
     return paths
 
 
@@ -266,8 +270,9 @@ class StreamFigures:
 
 
 async def stream_section(slow: Process, routers: list[str], args: argparse.Namespace, work: Path) -> None:
-    paths = [p for p in start_paths("aggregated", {"union": slow}, routers, work, args.baseline) if p.process]
-    try:
+    with contextlib.ExitStack() as stack:
+        routes = start_paths("aggregated", {"union": slow}, routers, work, args.baseline, stack)
+        paths = routes[1:]  # the routers, not the direct path
         results = {path.name: StreamFigures() for path in paths}
         loads = []
         for turn in range(args.stream_turns):
@@ -289,9 +294,6 @@ async def stream_section(slow: Process, routers: list[str], args: argparse.Names
         for name, r in results.items():
             per_event = r.cpu_s / r.events * 1e6 if r.events else float("nan")
             print(f"{name:12s} {r.events:8d} {r.errors:6d} {per_event:12.1f} {r.rss_mib:13.0f}")
-    finally:
-        for path in paths:
-            path.process.stop()
 
 
 def plot(rows: list[tuple[str, str, dict[str, Figures]]], path: Path) -> None:
@@ -308,27 +310,19 @@ def plot(rows: list[tuple[str, str, dict[str, Figures]]], path: Path) -> None:
 
 async def main(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="motor-router-bench-"))
-    processes: list[Process] = []
     rows: list[tuple[str, str, dict[str, Figures]]] = []
-    try:
-        engines = {
-            "union": start_sim("sim-union", work, "kv_both", []),
-            "prefill": start_sim("sim-prefill", work, "kv_producer", []),
-            "decode": start_sim("sim-decode", work, "kv_consumer", []),
-        }
-        processes += engines.values()
+    with contextlib.ExitStack() as engines_stack:
+        engines: dict[str, Process] = {}
+        for role, kv_role in (("union", "kv_both"), ("prefill", "kv_producer"), ("decode", "kv_consumer")):
+            engines[role] = start_sim(f"sim-{role}", work, kv_role, [])
+            engines_stack.callback(engines[role].stop)
         print(f"cpus: {os.cpu_count()}, load average {load_average()}, logs in {work}")
         for config in args.configs:
-            wired = (
-                {"union": engines["union"]}
-                if config == "aggregated"
-                else {
-                    "prefill": engines["prefill"],
-                    "decode": engines["decode"],
-                }
-            )
-            paths = start_paths(config, wired, args.paths, work, args.baseline)
-            try:
+            roles = ("union",) if config == "aggregated" else ("prefill", "decode")
+            with contextlib.ExitStack() as stack:
+                paths = start_paths(
+                    config, {r: engines[r] for r in roles}, args.paths, work, args.baseline, stack
+                )
                 figures, loads = await alternate(
                     paths,
                     args.turns,
@@ -343,25 +337,14 @@ async def main(args: argparse.Namespace) -> None:
                     args.turns,
                     lambda pool, target, f: open_loop_turn(pool, target, args.rate, args.turn_s, f),
                 )
-                print_table(
-                    f"{config}: open loop {args.rate:g} req/s, {args.turn_s:g} s per turn",
-                    figures,
-                    loads,
-                    False,
-                )
+                title = f"{config}: open loop {args.rate:g} req/s, {args.turn_s:g} s per turn"
+                print_table(title, figures, loads, False)
                 rows.append((config, f"{args.rate:g} req/s", figures))
-            finally:
-                for path in paths:
-                    if path.process:
-                        path.process.stop()
         if args.streams:
             slow = start_sim("sim-itl", work, "kv_both", ["--itl-ms", str(args.stream_itl_ms)])
-            processes.append(slow)
+            engines_stack.callback(slow.stop)
             await stream_section(slow, args.paths, args, work)
         plot(rows, args.plot)
-    finally:
-        for process in reversed(processes):
-            process.stop()
 
 
 def parse_args() -> argparse.Namespace:
