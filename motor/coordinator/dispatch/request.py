@@ -5,7 +5,7 @@ What happens to the request on its way through engines is its current `Attempt` 
 """
 
 import asyncio
-import os
+import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -19,19 +19,8 @@ if TYPE_CHECKING:
 _NOTHING_EXCLUDED: frozenset[str] = frozenset()
 
 
-_ID_BYTES = 16
-_ID_BATCH = 256  # ids drawn per getrandom call: one syscall per 256 requests rather than one per request
-_random_ids: list[str] = []
-os.register_at_fork(after_in_child=_random_ids.clear)  # a forked worker must not reuse its parent's ids
-
-
 def new_request_id() -> str:
-    """32 random hex digits from the OS's CSPRNG, drawn in batches."""
-    if not _random_ids:
-        pool = os.urandom(_ID_BYTES * _ID_BATCH).hex()
-        step = 2 * _ID_BYTES
-        _random_ids.extend(pool[i : i + step] for i in range(0, len(pool), step))
-    return _random_ids.pop()
+    return secrets.token_hex(16)
 
 
 class Dispatch:
