@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from motor.protocol.specs import TlsFiles
 from motor.runtime.tls import server_context
@@ -26,58 +25,6 @@ class EmbeddedServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
-
-
-class HeadWithBody:
-    """A transport that holds a response head (uvicorn writes it on its own) until the next write or the end of
-    this loop iteration, so a head and its body leave in one send: one syscall and one wake-up of the client
-    per response instead of two. Everything else is passed through to the real transport."""
-
-    __slots__ = ("_flush_handle", "_held", "_loop", "_transport")
-
-    def __init__(self, transport: asyncio.Transport) -> None:
-        self._transport = transport
-        self._loop = asyncio.get_running_loop()
-        self._held: bytes | None = None
-        self._flush_handle: asyncio.Handle | None = None
-
-    def write(self, data: bytes) -> None:
-        held = self._held
-        if held is not None:
-            self._held = None
-            self._flush_handle.cancel()  # type: ignore[union-attr]
-            self._transport.write(held + data)
-        elif data.startswith(b"HTTP/1.1 "):
-            self._held = data
-            self._flush_handle = self._loop.call_soon(self._flush)
-        else:
-            self._transport.write(data)
-
-    def _flush(self) -> None:
-        held, self._held = self._held, None
-        if held is not None and not self._transport.is_closing():
-            self._transport.write(held)
-
-    def close(self) -> None:
-        self._flush()
-        self._transport.close()
-
-    def abort(self) -> None:
-        self._held = None
-        self._transport.abort()
-
-    def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + len(self._held or b"")
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
-
-
-class CoalescingHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol writing each response head together with its body (HeadWithBody)."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(HeadWithBody(transport))  # type: ignore[arg-type]
 
 
 def listen_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
@@ -103,7 +50,7 @@ def make_server(
     config = uvicorn.Config(
         app,
         loop="none",
-        http=CoalescingHttpToolsProtocol,
+        http="httptools",
         ws="none",
         lifespan="off",
         access_log=False,
