@@ -366,7 +366,8 @@ class Attempt:
             room: asyncio.Future[None] = loop.create_future()
             scheduler.when_released(partial(_wake, room))
             try:
-                await asyncio.wait_for(room, remaining)
+                async with asyncio.timeout(remaining):  # not wait_for: it can swallow a cancellation on 3.11
+                    await room
             except TimeoutError:
                 break
             target = self._pick_now(role)

@@ -111,8 +111,11 @@ class KvPool:
         if client is None or client.master_unavailable():
             raise StoreUnavailable("the KV pool is unavailable (its master did not answer earlier calls)")
         call = asyncio.get_running_loop().run_in_executor(self._executor, method(client), *args)
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation (the client went away)
+        # that arrives just as the call completes, and the request would then wait out its KV timeout.
         try:
-            return await asyncio.wait_for(call, CALL_TIMEOUT_S)
+            async with asyncio.timeout(CALL_TIMEOUT_S):
+                return await call
         except TimeoutError:
             raise StoreUnavailable(f"the KV pool did not answer within {CALL_TIMEOUT_S:g} s") from None
 
