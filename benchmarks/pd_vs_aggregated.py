@@ -38,7 +38,6 @@ Needs the vllm extra (scripts/setup_dev.sh) and the bench extra (matplotlib). Ev
 
 import argparse
 import asyncio
-import copy
 import json
 import os
 import random
@@ -52,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from local_ports import with_ports
 from plotting import default_plot_path, figure, save
 
 from motor.config import load_config
@@ -92,22 +92,6 @@ class Deployment:
     api_urls: list[str]  # coordinators the client sends to, in turn
     engine_urls: list[str]
     pool_metrics_url: str | None
-
-
-def with_ports(user: dict[str, Any], base: int) -> dict[str, Any]:
-    user = copy.deepcopy(user)
-    user["motor_coordinator_config"]["api_config"] = {
-        "coordinator_api_host": "127.0.0.1",
-        "coordinator_api_infer_port": base,
-        "coordinator_api_mgmt_port": base + 1,
-    }
-    user["motor_controller_config"]["api_config"] = {
-        "controller_api_host": "127.0.0.1",
-        "controller_api_port": base + 2,
-    }
-    user["motor_nodemanger_config"]["api_config"] = {"node_manager_port": base + 4}
-    user["motor_nodemanger_config"]["endpoint_config"] = {"base_port": base + 12}
-    return user
 
 
 def pd_config(base: int) -> tuple[dict[str, Any], dict[str, Any]]:

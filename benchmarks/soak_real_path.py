@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from local_ports import with_ports
 from plotting import default_plot_path, figure, save
 
 from motor.config import load_config
@@ -81,18 +82,8 @@ def write_config(directory: Path, extra_env: dict[str, str]) -> Path:
     user = json.loads((EXAMPLE / "user_config.json").read_text())
     env = json.loads((EXAMPLE / "env.json").read_text())
     base = free_port_block(32)
+    user = with_ports(user, base)
     user["motor_deploy_config"].update(job_id=JOB_ID, p_instances_num=2)
-    user["motor_coordinator_config"]["api_config"] = {
-        "coordinator_api_host": "127.0.0.1",
-        "coordinator_api_infer_port": base,
-        "coordinator_api_mgmt_port": base + 1,
-    }
-    user["motor_controller_config"]["api_config"] = {
-        "controller_api_host": "127.0.0.1",
-        "controller_api_port": base + 2,
-    }
-    user["motor_nodemanger_config"]["api_config"] = {"node_manager_port": base + 4}
-    user["motor_nodemanger_config"]["endpoint_config"] = {"base_port": base + 12}
     user["kv_cache_pool_config"].update(port=base + 10, metrics_port=base + 11)
     for section in ("motor_engine_prefill_config", "motor_engine_decode_config"):
         engine_config = user[section]["engine_config"]
