@@ -1,7 +1,6 @@
 """The controller's state machine wiring: registry → pusher and persistence, timeouts, termination."""
 
 import asyncio
-import contextlib
 import logging
 import time
 
@@ -28,6 +27,7 @@ from motor.protocol.controller import (
 )
 from motor.protocol.credentials import instance_credential
 from motor.protocol.node_manager import StopRequest
+from motor.runtime.waits import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +142,7 @@ class Controller:
         instance was heard from, or after a heartbeat timeout: an earlier set would drop from the coordinators'
         routing instances whose node managers merely had not called the new controller yet."""
         if self._unconfirmed:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._confirmed.wait(), self.settings.heartbeat_timeout)
+            await wait_event(self._confirmed, self.settings.heartbeat_timeout)
             if self._unconfirmed:
                 log.warning(
                     "not heard from %s since the restore; pushing without them", sorted(self._unconfirmed)

@@ -10,7 +10,6 @@ supervises worker processes that share the inference port (SO_REUSEPORT).
 """
 
 import asyncio
-import contextlib
 import logging
 import os
 import shutil
@@ -38,6 +37,7 @@ from motor.runtime.channel import Channel, open_channel
 from motor.runtime.processes import Child, grace_around, spawn, stop_all
 from motor.runtime.supervision import Health, RestartPolicy, SupervisedChild
 from motor.runtime.tls import server_context
+from motor.runtime.waits import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +154,7 @@ class Supervisor:
                 log.warning("workers %s did not acknowledge instance set %d in time", lagging, result.version)
                 break
             self._acked.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._acked.wait(), remaining)
+            await wait_event(self._acked, remaining)
         return result
 
     def metrics_text(self) -> bytes:

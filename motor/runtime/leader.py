@@ -21,6 +21,7 @@ import aetcd
 import grpc
 
 from motor.runtime.backoff import Backoff
+from motor.runtime.waits import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,7 @@ class LeaderElection:
                 if failures == 0:
                     log.warning("%s: cannot reach etcd to elect a leader (%s); retrying", self._name, exc)
                 await self._reconnect()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), UNREACHABLE_RETRY.delay(failures))
+                await wait_event(stop, UNREACHABLE_RETRY.delay(failures))
                 failures += 1
         return False
 

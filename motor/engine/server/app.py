@@ -1,7 +1,6 @@
 """The engine server: run the engine as a child, probe its /health, serve GET /status, stop it on SIGTERM."""
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -16,6 +15,7 @@ from motor.engine.server.health import HealthTracker
 from motor.protocol.credentials import is_motor_credential, redacted_argv
 from motor.protocol.engine import EngineStatus
 from motor.runtime.processes import ENGINE_GRACE_S, Child, shell_exit_code, spawn
+from motor.runtime.waits import wait_event
 
 log = logging.getLogger("motor.engine.server")
 
@@ -83,8 +83,7 @@ async def serve(options: ServerOptions) -> int:
                     tracker.probe_succeeded()
                 else:
                     tracker.probe_failed(time.monotonic())
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), options.probe_interval_s)
+                await wait_event(stop, options.probe_interval_s)
         if engine.exit_code() is None:
             log.info("stopping the engine (pid %d)", engine.pid)
             code = await asyncio.to_thread(engine.stop, options.stop_timeout_s)
