@@ -48,17 +48,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from local_ports import with_ports
 from plotting import default_plot_path, figure, save
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from motor.config import load_config
 from motor.deploy.local.state import job_dir, read_state
 from motor.pool.metrics import scrape_pool
-from motor.pool.net import free_port_block
 from motor.protocol.node_manager import ENGINE_PID_FILE, EngineProcessRecord
+from tests.fixtures.local_example import write_local_example
 
-REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "examples" / "local"
 MODEL_DIR = ".motor/models/tiny"
 JOB_ID = "motor-soak"
 MOTOR = [sys.executable, "-m", "motor.cli.main"]
@@ -78,29 +77,6 @@ class Deployment:
     block_size: int
 
 
-def write_config(directory: Path, extra_env: dict[str, str]) -> Path:
-    user = json.loads((EXAMPLE / "user_config.json").read_text())
-    env = json.loads((EXAMPLE / "env.json").read_text())
-    base = free_port_block(32)
-    user = with_ports(user, base)
-    user["motor_deploy_config"].update(job_id=JOB_ID, p_instances_num=2)
-    user["kv_cache_pool_config"].update(port=base + 10, metrics_port=base + 11)
-    for section in ("motor_engine_prefill_config", "motor_engine_decode_config"):
-        engine_config = user[section]["engine_config"]
-        engine_config["enable_prompt_tokens_details"] = True
-        transfer = engine_config["kv_transfer_config"]["kv_connector_extra_config"]["connectors"][0]
-        transfer["kv_port"] = str(base + 24)  # prefill-i serves its KV bootstrap on kv_port + i
-    for section in ("motor_common_env", "motor_engine_prefill_env", "motor_engine_decode_env"):
-        # --env wins over the example's per-role settings of the same variable too
-        env[section].update(
-            {k: v for k, v in extra_env.items() if section == "motor_common_env" or k in env[section]}
-        )
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "user_config.json").write_text(json.dumps(user, indent=2))
-    (directory / "env.json").write_text(json.dumps(env, indent=2))
-    return directory
-
-
 def deploy(workdir: Path, extra_env: dict[str, str]) -> Deployment:
     offline = {**os.environ, "HF_HUB_OFFLINE": "1"}
     started = time.monotonic()
@@ -115,7 +91,7 @@ def deploy(workdir: Path, extra_env: dict[str, str]) -> Deployment:
         )
         if built.returncode != 0:
             raise SystemExit(f"motor model tiny failed: see {workdir / 'motor-cli.log'}")
-        config_dir = write_config(workdir / "config", extra_env)
+        config_dir = write_local_example(workdir / "config", JOB_ID, extra_env)
         run_root = workdir / "run"
         topology = load_config(config_dir / "user_config.json", config_dir / "env.json")
         assert topology.pool is not None

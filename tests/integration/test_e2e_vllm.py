@@ -35,9 +35,9 @@ import pytest
 from motor.config import load_config
 from motor.config.ports import instance_ports
 from motor.pool.metrics import scrape_pool
-from motor.pool.net import free_port_block
 from tests.fixtures.control import pid_alive
 from tests.fixtures.kv_handover import assert_kv_handover, decode_counters
+from tests.fixtures.local_example import write_local_example
 
 pytestmark = [
     pytest.mark.slow,
@@ -47,8 +47,6 @@ pytestmark = [
     ),
 ]
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "local"
 MODEL_DIR = ".motor/models/tiny"  # the example's (relative) model path
 JOB_ID = "motor-e2e-vllm"
 DEPLOY_TIMEOUT_S = 600.0
@@ -101,36 +99,6 @@ def tail(path: Path, lines: int) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
 
-def write_config(directory: Path) -> Path:
-    """examples/local with free ports, its own job id, 2 prefill instances and prompt token details."""
-    user = json.loads((EXAMPLE / "user_config.json").read_text())
-    env = json.loads((EXAMPLE / "env.json").read_text())
-    base = free_port_block(32)
-    user["motor_deploy_config"].update(job_id=JOB_ID, p_instances_num=2)
-    user["motor_coordinator_config"]["api_config"] = {
-        "coordinator_api_host": "127.0.0.1",
-        "coordinator_api_infer_port": base,
-        "coordinator_api_mgmt_port": base + 1,
-    }
-    user["motor_controller_config"]["api_config"] = {
-        "controller_api_host": "127.0.0.1",
-        "controller_api_port": base + 2,
-    }
-    user["motor_nodemanger_config"]["api_config"] = {"node_manager_port": base + 4}  # + instance: 3 ports
-    user["motor_nodemanger_config"]["endpoint_config"] = {"base_port": base + 12}  # 2 per instance: 6 ports
-    user["kv_cache_pool_config"].update(port=base + 10, metrics_port=base + 11)
-    for section in ("motor_engine_prefill_config", "motor_engine_decode_config"):
-        engine_config = user[section]["engine_config"]
-        assert engine_config["model"] == MODEL_DIR
-        engine_config["enable_prompt_tokens_details"] = True
-        transfer = engine_config["kv_transfer_config"]["kv_connector_extra_config"]["connectors"][0]
-        transfer["kv_port"] = str(base + 24)  # prefill-i serves its KV bootstrap on kv_port + i
-    directory.mkdir(parents=True)
-    (directory / "user_config.json").write_text(json.dumps(user, indent=2))
-    (directory / "env.json").write_text(json.dumps(env, indent=2))
-    return directory
-
-
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     root = tmp_path_factory.mktemp("e2e-vllm")
@@ -141,7 +109,12 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             [*MOTOR, "model", "tiny", MODEL_DIR], cwd=root, env=offline, stdout=log, stderr=log, timeout=300
         )
     assert built.returncode == 0, tail(log_path, 30)
-    config_dir = write_config(root / "config")
+    config_dir = write_local_example(root / "config", JOB_ID)
+    for section in ("motor_engine_prefill_config", "motor_engine_decode_config"):
+        assert (
+            json.loads((config_dir / "user_config.json").read_text())[section]["engine_config"]["model"]
+            == MODEL_DIR
+        )
     run_root = root / "run"
     topology = load_config(config_dir / "user_config.json", config_dir / "env.json")
     assert topology.pool is not None
