@@ -375,7 +375,12 @@ class Attempt:
                 return target
             if not scheduler.saturated(role):  # type: ignore[arg-type]
                 return None
-        raise overloaded(role, f"every {role} instance stayed at its admission bound for {timeout:g} s")
+        raise overloaded(
+            role,
+            f"every {role} instance stayed at its admission bound for {timeout:g} s "
+            "(motor_coordinator_config.scheduler_config.admission_max_prefill_tokens / "
+            "admission_max_decode_requests, admission_queue_timeout); retry shortly or add instances",
+        )
 
     def _leg(self, target: Target, tokens: float, kv: float, deadline: float, client: bool) -> Leg:
         allocation = self.dispatch.core.scheduler.allocate(target, tokens, kv)
