@@ -24,6 +24,7 @@ ENGINE_RESTARTS = RestartPolicy(
     stop_grace_s=ENGINE_SERVER_GRACE_S,
     unhealthy_restart_s=10.0,  # a running engine that keeps failing its probe this long is restarted
     poll_s=POLL_S,
+    unanswered_probes_allowed=3,  # up to ~8 s of a status port too busy to answer (measured in the soak)
 )
 _HEALTH: dict[EngineHealth, Health] = {"initial": "starting", "normal": "healthy", "abnormal": "unhealthy"}
 _REPORTED: dict[ChildState, EngineState] = {

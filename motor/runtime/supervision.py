@@ -40,6 +40,9 @@ class RestartPolicy:
     unhealthy_restart_s: float | None = None  # restart a child unhealthy this long (None: never)
     startup_timeout_s: float | None = None  # restart a child not healthy this long after starting (or never)
     poll_s: float = 0.5
+    # A healthy child that stops answering turns unhealthy after this many unanswered probes in a row; a busy
+    # host can delay one answer past the probe's timeout. A probe that answers "unhealthy" counts at once.
+    unanswered_probes_allowed: int = 0
 
 
 Probe = Callable[[], Awaitable[Health | None]]  # None: no answer
@@ -70,6 +73,7 @@ class SupervisedChild:
         self._recent: deque[float] = deque()  # when the restarts within the window happened
         self._failures = 0  # restarts since it was last healthy: the backoff's attempt
         self._was_healthy = False
+        self._unanswered = 0  # probes in a row that got no answer
         self._unhealthy_since: float | None = None
         self._launched_at = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -121,6 +125,13 @@ class SupervisedChild:
 
     async def _watch_health(self) -> None:
         health = await self._probe() if self._probe is not None else "healthy"
+        self._unanswered = self._unanswered + 1 if health is None else 0
+        if (
+            health is None
+            and self.state == "healthy"
+            and self._unanswered <= self.policy.unanswered_probes_allowed
+        ):
+            return
         if health == "healthy":
             self._was_healthy = True
             self._unhealthy_since = None
@@ -165,6 +176,7 @@ class SupervisedChild:
         self.restarts += 1
         self._recent.append(time.monotonic())
         self._was_healthy = False
+        self._unanswered = 0  # probes in a row that got no answer
         self._unhealthy_since = None
         await self._launch()
 

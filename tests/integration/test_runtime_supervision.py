@@ -142,3 +142,44 @@ async def test_a_child_never_healthy_after_its_start_is_restarted_and_cleaned_up
         assert supervised.state == "starting" and supervised.pid == starts.children[1].pid
     finally:
         await supervised.stop()
+
+
+async def test_a_healthy_child_survives_a_few_unanswered_probes_but_not_an_unhealthy_answer(
+    tmp_path: Path,
+) -> None:
+    starts = Starts("import time; time.sleep(600)", tmp_path / "busy.log")
+    script: list[Health | None] = ["healthy", None, None, "healthy", None, None, None, "healthy", "unhealthy"]
+    seen: list[tuple[Health | None, ChildState]] = []
+
+    async def probe() -> Health | None:
+        answer = script[len(seen)] if len(seen) < len(script) else "healthy"
+        seen.append((answer, supervised.state))
+        return answer
+
+    policy = RestartPolicy(
+        backoff=Backoff(initial_s=0.01), stop_grace_s=5.0, poll_s=0.02, unanswered_probes_allowed=2
+    )
+    states: list[ChildState] = []
+    supervised = SupervisedChild("busy", starts, policy, probe=probe, on_change=states.append)
+    supervised.start()
+    try:
+        await wait_until(lambda: len(seen) > len(script))
+        # The state each probe found: two unanswered probes in a row are tolerated, the third is not; an
+        # "unhealthy" answer counts at once; a healthy answer restores it.
+        found = [state for _, state in seen]
+        assert found == [
+            "starting",
+            "healthy",
+            "healthy",
+            "healthy",
+            "healthy",
+            "healthy",
+            "healthy",
+            "unhealthy",
+            "healthy",
+            "unhealthy",
+        ]
+        assert states == ["healthy", "unhealthy", "healthy", "unhealthy", "healthy"]
+        assert supervised.restarts == 0
+    finally:
+        await supervised.stop()
