@@ -35,6 +35,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -92,6 +93,11 @@ def deploy(workdir: Path, extra_env: dict[str, str]) -> Deployment:
         if built.returncode != 0:
             raise SystemExit(f"motor model tiny failed: see {workdir / 'motor-cli.log'}")
         config_dir = write_local_example(workdir / "config", JOB_ID, extra_env)
+        user_path = config_dir / "user_config.json"
+        user = json.loads(user_path.read_text())
+        # every dispatch transition with its time, to print the timeline of each slow request
+        user["motor_coordinator_config"]["logging_config"]["log_level"] = "DEBUG"
+        user_path.write_text(json.dumps(user, indent=2))
         run_root = workdir / "run"
         topology = load_config(config_dir / "user_config.json", config_dir / "env.json")
         assert topology.pool is not None
@@ -468,6 +474,21 @@ def engine_stall_lines(deployment: Deployment) -> dict[str, int]:
     return {name: sum(log.count(mark) for log in logs) for name, mark in STALL_MARKS.items()}
 
 
+TIMELINE = re.compile(r"\(client id (soak-\d+)\)")
+
+
+def request_timelines(deployment: Deployment) -> dict[str, list[str]]:
+    """Per client id, the coordinator's log lines about that request (its DEBUG transitions, retries)."""
+    lines: dict[str, list[str]] = {}
+    log = deployment.run_dir / "logs" / "coordinator.log"
+    for line in log.read_text(errors="replace").splitlines():
+        found = TIMELINE.search(line)
+        if found:
+            stamp = line.split(" ", 2)[1] if line[:2].isdigit() else ""
+            lines.setdefault(found.group(1), []).append(f"{stamp} {line[found.end() :].lstrip(': ')}")
+    return lines
+
+
 def coordinator_counters(deployment: Deployment) -> dict[str, float]:
     """The coordinator's retry, cancelled-leg and prefill-stall counters, by their labels."""
     text = httpx.get(f"{deployment.mgmt_url}/metrics", timeout=10).text
@@ -516,7 +537,8 @@ def triple(values: list[float]) -> str:
 
 def report(
     outcomes: list[Outcome], loads: list[float], cpu: CpuWindow, counters: dict[str, float],
-    hits: tuple[int, int], stalls: dict[str, int], health: list[str], args: argparse.Namespace,
+    hits: tuple[int, int], stalls: dict[str, int], health: list[str], timelines: dict[str, list[str]],
+    args: argparse.Namespace,
 ) -> None:  # fmt: skip
     ok = [o for o in outcomes if o.error is None]
     errors = [o for o in outcomes if o.error is not None]
@@ -561,6 +583,8 @@ def report(
             f"{o.ttft if o.ttft is None else round(o.ttft, 2)} s, max gap {o.max_gap:.2f} s, at {o.started:.0f} s, "
             f"{'concurrent' if o.planned.concurrent else 'sequential'}{', error' if o.error else ''}"
         )
+        for line in timelines.get(f"soak-{o.planned.index}", []):
+            print(f"      {line}")
     for o in errors[:10]:
         print(f"  error soak-{o.planned.index}: {o.error}")
 
@@ -647,6 +671,7 @@ def main() -> int:
     finally:
         stop(deployment)
         stalls = engine_stall_lines(deployment)
+        timelines = request_timelines(deployment)
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     if args.hog:
@@ -654,7 +679,7 @@ def main() -> int:
     if args.freeze:
         at, _, seconds = args.freeze.partition(":")
         print(f"prefill-0 frozen (SIGSTOP) for {seconds} s from {at} s into the run")
-    report(outcomes, loads, cpu, counters, hits, stalls, health, args)
+    report(outcomes, loads, cpu, counters, hits, stalls, health, timelines, args)
     plot(outcomes, args)
     return 0
 

@@ -6,6 +6,7 @@ tests/integration/test_coordinator_faults.py drives the same machine with sim en
 """
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -297,6 +298,22 @@ async def test_transitions_feed_the_existing_metrics(core: Core, prometheus: Col
     }
     assert counts == {"prefill": 1, "kv_wait": 1, "decode": 1, "aggregated": 1}
     assert metric(core, prometheus, "motor_coordinator_leg_seconds_sum", leg="kv_wait") == pytest.approx(0.3)
+
+
+async def test_at_debug_every_transition_is_logged_with_its_time(
+    core: Core, caplog: pytest.LogCaptureFixture
+) -> None:
+    d = dispatch(core)
+    attempt = d.new_attempt()
+    prefill = attempt.prefill_leg(await attempt.pick("prefill"))
+    with caplog.at_level(logging.DEBUG, logger="motor.coordinator.dispatch.observe"):
+        core.observer.leg_changed(prefill, LegState.SENT, LegState.DONE, 0.25)
+        core.observer.phase_changed(attempt, Phase.HANDOVER, Phase.STREAMING, 1.5)
+    lines = [record.getMessage() for record in caplog.records]
+    assert lines == [
+        f"request req-1 attempt 0: prefill leg on {prefill.target.instance_id}: SENT → DONE after 0.250 s",
+        "request req-1 attempt 0: HANDOVER → STREAMING after 1.500 s",
+    ]
 
 
 async def test_a_leg_closed_before_its_task_resumes_ends_as_cancelled(core: Core) -> None:

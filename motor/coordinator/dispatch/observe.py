@@ -9,6 +9,9 @@
 | an open connection closed by the coordinator | `motor_coordinator_cancelled_legs_total{reason}` |
 | prefill leg missed its own deadline | `motor_coordinator_prefill_stalls_total{instance}` |
 | an instance became degraded / recovered | `motor_coordinator_instance_degraded{instance,role}` 1 / 0 |
+
+At DEBUG every transition is also logged with the time spent in the state it leaves, so one slow request's
+timeline (which leg, which instance, which wait) can be read from the coordinator's log.
 """
 
 import logging
@@ -41,6 +44,15 @@ class MetricsObserver:
         self.metrics = metrics
 
     def phase_changed(self, attempt: "Attempt", old: Phase, new: Phase, seconds: float) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "request %s attempt %d: %s → %s after %.3f s",
+                attempt.dispatch.label,
+                attempt.number,
+                old.name,
+                new.name,
+                seconds,
+            )
         if new is STREAMING:
             if old is HANDOVER:
                 self.metrics.observe_leg("kv_wait", seconds)
@@ -50,6 +62,17 @@ class MetricsObserver:
             self.metrics.retries.labels(failure.role, failure.reason).inc()
 
     def leg_changed(self, leg: "Leg", old: LegState, new: LegState, seconds: float) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "request %s attempt %d: %s leg on %s: %s → %s after %.3f s",
+                leg.attempt.dispatch.label,
+                leg.attempt.number,
+                leg.role,
+                leg.target.instance_id,
+                old.name,
+                new.name,
+                seconds,
+            )
         if new is LEG_DONE or new is LEG_FAILED:
             if leg.client:
                 if old is RECEIVING:
