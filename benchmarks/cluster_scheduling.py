@@ -5,12 +5,16 @@ The cluster: a real `mooncake_master` (the shared KV pool) and two motor-sim pro
 (docs/sim-capacity-model.md), one serving N prefill engines (kv_producer: they write their KV to the pool), one
 N decode engines (kv_consumer), as virtual engines. Every prefill engine reads the pool, so a prefix any of them
 computed is a pool hit for all: what is left to compute, not who saw the prefix, is what a prefill costs.
+The engines of an NP+ND cluster are 4/N as fast as those of the reference 4P+4D cluster (`cluster_capacity`),
+so 8P+8D and 16P+16D have about the same total capacity and saturate at the few requests per second a 2-core
+machine can send through a router; the parameters are printed with the results.
 
 The paths, each started fresh against the same engines and alternated turn by turn at every rate:
 - motor: a controller-less coordinator (prefill_first, the instances registered through its management API),
-  once per `scheduler_type` (`--motor-policies`);
+  once per `scheduler_type` (`--motor-policies`), pd_aware with admission bounds derived from the engines;
 - vllm-router 0.1.17 in vLLM PD mode (`--vllm-pd-disaggregation`), once per policy (`--router-policies`), its
-  metrics listener on its own free port.
+  metrics listener on its own free port; `POLICY@N` adds its global admission (`--max-concurrent-requests N`,
+  a 2 s queue), by default cache_aware with N = pd_aware's decode bound × the decode engines.
 
 The workload (`make_workload`, seeded, identical for every path): multi-turn sessions over a few shared system
 prompts (Zipf-popular), each turn's prompt the previous one plus the answer plus a new user message, lognormal
@@ -22,12 +26,14 @@ Per path and rate: goodput (requests/s that met TTFT ≤ `--ttft-slo` and their 
 TTFT and ITL P50/P99 (over the completed requests / their token gaps), errors (refused or broken requests), the prefill engines' pool hit ratio and local
 prefix cache hit ratio (prompt tokens found in the pool / their own cache, from the sims' metrics), the
 decode engines' handover ratio (prompt tokens whose KV the prefill handed over: a PD path that works), and the
-router's CPU time per request (its process tree's user + system time over the run). A PNG of goodput and TTFT
-P99 against the offered rate goes to `--plot`.
+router's CPU time per request (its process tree's user + system time over the run); and whether the machine
+kept up: the load generator's and the sims' share of a core, the client's send lag P99 and the load average. A
+row whose client sent more than `--max-send-lag` late ran on a starved machine and is measured again. A PNG of
+goodput and TTFT P99 against the requests sent per second goes to `--plot` (benchmarks/out/ by default).
 
-    .venv/bin/python benchmarks/cluster_scheduling.py [--quick] [--engines 8] [--rates 6,12,18] [--duration 30]
+    .venv/bin/python benchmarks/cluster_scheduling.py [--quick] [--engines 8|16] [--rates 5,8,12] [--duration 30]
         [--motor-policies round_robin,load_balance,prefix_affinity,pd_aware]
-        [--router-policies round_robin,cache_aware,power_of_two] [--seed 1]
+        [--router-policies round_robin,cache_aware,power_of_two,cache_aware@40] [--seed 1]
 
 Everything listens on 127.0.0.1 on free ports; every process started here is stopped by pid at the end.
 """
@@ -644,10 +650,14 @@ def main() -> None:
         help="prefill engines, and as many decode engines (16 for 16P+16D); each is 4/N as fast as the "
         "reference 4P+4D engine, so every size saturates near the same rate",
     )
-    parser.add_argument("--rates", default="5,10,15", help="offered requests/s, comma-separated")
+    parser.add_argument("--rates", default="5,8,12", help="offered requests/s, comma-separated")
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of arrivals per run")
     parser.add_argument("--motor-policies", default=",".join(MOTOR_POLICIES))
-    parser.add_argument("--router-policies", default=",".join(ROUTER_POLICIES))
+    parser.add_argument(
+        "--router-policies",
+        help="vllm-router policies, POLICY or POLICY@N (with --max-concurrent-requests N); default: "
+        f"{','.join(ROUTER_POLICIES)} and cache_aware@N, N = pd_aware's decode bound × the decode engines",
+    )
     parser.add_argument("--ttft-slo", type=float, default=2.0, help="seconds")
     parser.add_argument("--itl-slo", type=float, default=0.1, help="seconds, a request's own ITL P99")
     parser.add_argument("--seed", type=int, default=1)
@@ -664,6 +674,11 @@ def main() -> None:
     if args.quick:
         args.engines, args.rates, args.duration = 4, "5,10", 20.0
     args.motor_policies = [p for p in args.motor_policies.split(",") if p]
+    if args.router_policies is None:
+        limit = (
+            admission_bounds(cluster_capacity(args.engines))["admission_max_decode_requests"] * args.engines
+        )
+        args.router_policies = ",".join((*ROUTER_POLICIES, f"cache_aware@{limit:g}"))
     args.router_policies = [p for p in args.router_policies.split(",") if p]
     rates = [float(rate) for rate in args.rates.split(",")]
 
