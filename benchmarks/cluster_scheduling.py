@@ -5,9 +5,9 @@ The cluster: a real `mooncake_master` (the shared KV pool) and two motor-sim pro
 (docs/sim-capacity-model.md), one serving N prefill engines (kv_producer: they write their KV to the pool), one
 N decode engines (kv_consumer), as virtual engines. Every prefill engine reads the pool, so a prefix any of them
 computed is a pool hit for all: what is left to compute, not who saw the prefix, is what a prefill costs.
-The engines of an NP+ND cluster are 4/N as fast as those of the reference 4P+4D cluster (`cluster_capacity`),
-so 8P+8D and 16P+16D have about the same total capacity and saturate at the few requests per second a 2-core
-machine can send through a router; the parameters are printed with the results.
+The decode steps of an NP+ND cluster's engines cost N/4 as much per sequence as those of the reference 4P+4D
+cluster (`cluster_capacity`), so 8P+8D and 16P+16D have about the same decode capacity and saturate at the few
+requests per second a 2-core machine can send through a router; the parameters are printed with the results.
 
 The paths, each started fresh against the same engines and alternated turn by turn at every rate:
 - motor: a controller-less coordinator (prefill_first, the instances registered through its management API),
@@ -45,6 +45,7 @@ import math
 import os
 import random
 import re
+import signal
 import string
 import sys
 import tempfile
@@ -103,14 +104,15 @@ ADMISSION_QUEUE_TIMEOUT_S = 2.0
 
 
 def cluster_capacity(engines: int) -> CapacityModel:
-    """The engine of an `engines`P+`engines`D cluster: the reference engine with its prefill rate divided and
-    its per-sequence and per-context step costs multiplied by `engines` / 4 (the fixed step overhead stays), so
-    every cluster size has about the reference cluster's total capacity and saturates near the same arrival
-    rate, one this machine can send."""
+    """The engine of an `engines`P+`engines`D cluster: the reference engine with its per-sequence and
+    per-context decode step costs multiplied by `engines` / 4 (the fixed step overhead stays), so every cluster
+    size decodes about as many tokens per second within the ITL objective as the reference cluster and
+    saturates near the same arrival rate, one this machine can send. The prefill rate stays: a slower prefill
+    would put a lone long prompt past the TTFT objective whatever the router does (the cluster is decode-bound
+    either way)."""
     slowdown = engines / REFERENCE_ENGINES
     return replace(
         REFERENCE_CAPACITY,
-        prefill_tokens_per_s=REFERENCE_CAPACITY.prefill_tokens_per_s / slowdown,
         decode_ms_per_seq=REFERENCE_CAPACITY.decode_ms_per_seq * slowdown,
         decode_ms_per_1k_context=REFERENCE_CAPACITY.decode_ms_per_1k_context * slowdown,
     )
@@ -647,8 +649,8 @@ def main() -> None:
         "--engines",
         type=int,
         default=8,
-        help="prefill engines, and as many decode engines (16 for 16P+16D); each is 4/N as fast as the "
-        "reference 4P+4D engine, so every size saturates near the same rate",
+        help="prefill engines, and as many decode engines (16 for 16P+16D); their decode steps cost N/4 as much "
+        "per sequence as the reference 4P+4D engine's, so every size saturates near the same rate",
     )
     parser.add_argument("--rates", default="5,8,12", help="offered requests/s, comma-separated")
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of arrivals per run")
@@ -682,6 +684,8 @@ def main() -> None:
     args.router_policies = [p for p in args.router_policies.split(",") if p]
     rates = [float(rate) for rate in args.rates.split(",")]
 
+    # a kill ends the run through the cleanup below (the engines, pool and router are stopped by pid)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
         work = Path(tmp)
