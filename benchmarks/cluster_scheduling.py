@@ -296,6 +296,14 @@ def start_engines(role: str, count: int, model: CapacityModel, store_config: Pat
         *ENGINE_FLAGS, *capacity_flags(model),
     ]  # fmt: skip
     process = spawn(f"sim-{role}", args, 0, work)
+    try:
+        return _listening_engines(process, role, count)
+    except BaseException:  # a failed start, or the run was ended meanwhile
+        process.stop()
+        raise
+
+
+def _listening_engines(process: Process, role: str, count: int) -> Engines:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.popen.poll() is not None:
@@ -309,7 +317,6 @@ def start_engines(role: str, count: int, model: CapacityModel, store_config: Pat
                 wait_http(process, f"http://127.0.0.1:{port}/v1/models")
             return Engines(process, [port for _, port, _ in found], [engine_id for _, _, engine_id in found])
         time.sleep(0.1)
-    process.stop()
     raise RuntimeError(f"the {role} sim did not start within 60 s:\n{process.log.read_text()[-3000:]}")
 
 
@@ -355,7 +362,6 @@ def start_motor(
         work,
         env={"MOTOR_CONTROLLER_TOKEN": REFRESH_TOKEN},  # what `refresh` pushes the instances with
     )
-    wait_http(process, f"http://127.0.0.1:{mgmt_port}/startup")
     instances = [
         {
             "id": engine_id,
@@ -368,6 +374,7 @@ def start_motor(
         for port, engine_id in zip(engines.ports, engines.engine_ids, strict=True)
     ]
     try:
+        wait_http(process, f"http://127.0.0.1:{mgmt_port}/startup")
         refresh(mgmt_port, instances)
     except BaseException:
         process.stop()
@@ -408,7 +415,11 @@ def start_vllm_router(spec: str, prefill: Engines, decode: Engines, work: Path) 
         args += ["--max-concurrent-requests", limit, "--queue-size", "1000"]
         args += ["--queue-timeout-secs", f"{ADMISSION_QUEUE_TIMEOUT_S:g}"]
     process = spawn(f"vllm-router-{policy}", args, port, work)
-    wait_http(process, f"http://127.0.0.1:{port}/health", timeout_s=60)
+    try:
+        wait_http(process, f"http://127.0.0.1:{port}/health", timeout_s=60)
+    except BaseException:
+        process.stop()
+        raise
     name = f"vllm-router {policy}" + (f" max {limit}" if limit else "")
     return Router(name, process, f"http://127.0.0.1:{port}")
 
