@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from cluster_scheduling import Outcome, WorkloadShape, goodput, make_workload, meets_slo
+from cluster_scheduling import (
+    REFERENCE_CAPACITY,
+    Outcome,
+    WorkloadShape,
+    admission_bounds,
+    cluster_capacity,
+    goodput,
+    make_workload,
+    meets_slo,
+)
 
 
 def test_the_workload_is_seeded_and_open_loop() -> None:
@@ -57,3 +66,32 @@ def test_goodput_counts_requests_within_both_objectives() -> None:
     assert goodput(outcomes, 10.0, 2.0, 0.1) == pytest.approx(0.2)
     assert goodput(outcomes, 10.0, 3.0, 0.5) == pytest.approx(0.4)
     assert math.isinf(failed.ttft_s)
+
+
+def test_larger_clusters_get_proportionally_slower_decode_steps() -> None:
+    reference = cluster_capacity(4)
+    assert reference == REFERENCE_CAPACITY
+    for engines in (8, 16):
+        model = cluster_capacity(engines)
+        slowdown = engines / 4
+        assert model.prefill_tokens_per_s == reference.prefill_tokens_per_s, "a lone prompt's TTFT stays"
+        assert model.decode_ms_per_seq == reference.decode_ms_per_seq * slowdown
+        assert model.decode_ms_per_1k_context == reference.decode_ms_per_1k_context * slowdown
+        assert model.step_overhead_ms == reference.step_overhead_ms
+        # what a step costs beyond its fixed overhead grows by the slowdown, for any batch and context
+        for n in (1, 5):
+            extra = model.step_seconds(prefill_tokens=0, decode_seqs=n, context_tokens=n * 1500)
+            ref = reference.step_seconds(prefill_tokens=0, decode_seqs=n, context_tokens=n * 1500)
+            overhead = reference.step_overhead_ms / 1000
+            assert extra - overhead == pytest.approx(slowdown * (ref - overhead))
+
+
+def test_admission_bounds_follow_the_engine() -> None:
+    assert admission_bounds(cluster_capacity(4)) == {
+        "admission_max_prefill_tokens": 1500,  # 1.5 s of prefill at 1,000 tokens/s
+        "admission_max_decode_requests": 10,  # 5 + 10 × (6 + 2) = 85 ms a step at 1,000 tokens of context
+        "admission_queue_timeout": 2.0,
+    }
+    eight = admission_bounds(cluster_capacity(8))
+    assert eight["admission_max_prefill_tokens"] == 1500 and eight["admission_max_decode_requests"] == 5
+    assert admission_bounds(cluster_capacity(64))["admission_max_decode_requests"] == 1, "never 0"
