@@ -27,7 +27,7 @@ from motor.coordinator.errors import HttpError
 from motor.coordinator.health import health, version
 from motor.coordinator.relay import relay_full, relay_stream
 from motor.coordinator.requests import Api, parse_request
-from motor.coordinator.server import EmbeddedServer, make_server
+from motor.coordinator.server import HttpServer, coordinator_server
 from motor.coordinator.sse import error_events
 from motor.protocol.specs import TlsFiles
 
@@ -38,13 +38,11 @@ REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
 RETRY_AFTER = [(b"retry-after", b"1")]
 
 
-def inference_server(
-    core: Core, *, keep_alive_timeout: float, log_level: str, tls: TlsFiles | None
-) -> EmbeddedServer:
+def inference_server(core: Core, tls: TlsFiles | None) -> HttpServer:
     """The OpenAI API's server, its app watching the server's open connections."""
     app = InferenceApp(core)
-    server = make_server(app, keep_alive_timeout=keep_alive_timeout, log_level=log_level, tls=tls)
-    app.serve_connections(server.server_state.connections)
+    server = coordinator_server(app, core.config, tls=tls)
+    app.serve_connections(server.connections)
     return server
 
 
