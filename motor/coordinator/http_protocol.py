@@ -38,7 +38,6 @@ STATUS_LINES = {
 }
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 DISCONNECT: Message = {"type": "http.disconnect"}
-JSON_HEAD = [(b"content-type", b"application/json")]
 INTERNAL_ERROR = HttpError(500, "the coordinator failed to answer this request", type_="internal_error")
 
 
@@ -329,8 +328,10 @@ class HttpConnection(asyncio.Protocol):
                 self.close()
             else:
                 exchange.keep_alive = False
-                await exchange.send({"type": "http.response.start", "status": 500, "headers": JSON_HEAD})
-                await exchange.send({"type": "http.response.body", "body": INTERNAL_ERROR.body()})
+                body = INTERNAL_ERROR.body()
+                headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+                await exchange.send({"type": "http.response.start", "status": 500, "headers": headers})
+                await exchange.send({"type": "http.response.body", "body": body})
             return
         if not exchange.response_complete and not exchange.disconnected:
             log.error("the app ended without completing its response to %s", exchange.scope["path"])
@@ -386,7 +387,8 @@ class HttpConnection(asyncio.Protocol):
     def _malformed(self) -> None:
         """Answer 400 and close, after the response in progress if there is one. A request whose body is
         malformed ends there: its app sees the client disconnect."""
-        self.stop_parsing()
+        self._broken = True
+        self._pause_reading()
         self.head_since = 0.0
         parsing, current = self.parsing, self.current
         self.parsing = None

@@ -80,7 +80,9 @@ class HttpServer:
             self._sweeper.cancel()
         self._listener.close()
         for connection in list(self.connections):
-            if not connection.busy:
+            if connection.busy:
+                connection.stop_parsing()
+            else:
                 connection.close()
         deadline = self.loop.time() + GRACEFUL_SHUTDOWN_SECONDS
         while (self.connections or self.tasks) and self.loop.time() < deadline:
