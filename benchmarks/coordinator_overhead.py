@@ -107,8 +107,11 @@ class Process:
 def spawn(name: str, args: list[str], port: int, work: Path, env: dict[str, str] | None = None) -> Process:
     log = work / f"{name}.log"
     with log.open("ab") as out:
+        # Not the caller's directory: `python -m` puts the working directory first on sys.path, which would
+        # load motor from there instead of the tree PYTHONPATH names (router_overhead.py --baseline).
         popen = subprocess.Popen(
             args,
+            cwd=work,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
