@@ -25,6 +25,7 @@ from motor.coordinator.dispatch.request import Dispatch, new_request_id
 from motor.coordinator.dispatch.retry import open_with_retries
 from motor.coordinator.errors import HttpError
 from motor.coordinator.health import health, version
+from motor.coordinator.http_protocol import ON_DISCONNECT
 from motor.coordinator.relay import relay_full, relay_stream
 from motor.coordinator.requests import Api, parse_request
 from motor.coordinator.server import HttpServer, coordinator_server
@@ -153,7 +154,7 @@ class InferenceApp:
             raw = await read_body(scope, receive, limits.max_body_bytes, limits.body_read_timeout)
             request = parse_request(api, raw, core.models(), core.config.input_config)
             dispatch = Dispatch(core, request, request_id, client_rid)
-            status = await self._serve(dispatch, receive, send)
+            status = await self._serve(dispatch, scope, send)
         except HttpError as error:
             status = error.status
             if (
@@ -191,12 +192,11 @@ class InferenceApp:
             ],
         )
 
-    async def _serve(self, d: Dispatch, receive: Receive, send: Send) -> int:
+    async def _serve(self, d: Dispatch, scope: Scope, send: Send) -> int:
         core = self.core
         d.attach(asyncio.current_task())  # type: ignore[arg-type]
         core.active.add(d)
-        watcher = core.loop.create_task(receive())
-        watcher.add_done_callback(d.client_gone)
+        scope[ON_DISCONNECT](d.client_gone)
         response_started = False
         try:
             try:
@@ -232,8 +232,6 @@ class InferenceApp:
         finally:
             d.close()
             core.active.discard(d)
-            if not watcher.done():
-                watcher.cancel()
 
     async def _aborted(self, d: Dispatch, send: Send, response_started: bool) -> int:
         kind = d.abort_kind

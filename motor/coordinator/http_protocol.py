@@ -2,7 +2,9 @@
 
 Only the part of ASGI the coordinator's apps use: an `http` scope (method, path, query_string, headers, client,
 server, scheme, http_version), `receive` → `http.request` / `http.disconnect`, and `send` ←
-`http.response.start` / `http.response.body` (with `more_body`). The head is held back until the first body
+`http.response.start` / `http.response.body` (with `more_body`), plus one extension: `scope[ON_DISCONNECT]`
+(`callback`) has `callback()` called when the client goes away before the response ended — what a task
+waiting on `receive()` for `http.disconnect` would tell, without a task per request. The head is held back until the first body
 message so that a complete response leaves in one write; a response without content-length is sent chunked.
 
 Requests on one connection are answered in order: a request that arrives while another is answered waits (and
@@ -17,6 +19,7 @@ import asyncio
 import logging
 import urllib.parse
 from collections import deque
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +41,7 @@ STATUS_LINES = {
 }
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 DISCONNECT: Message = {"type": "http.disconnect"}
+ON_DISCONNECT = "motor.on_disconnect"
 INTERNAL_ERROR = HttpError(500, "the coordinator failed to answer this request", type_="internal_error")
 
 
@@ -60,6 +64,7 @@ class Exchange:
         "head",
         "keep_alive",
         "more_body",
+        "on_gone",
         "response_complete",
         "scope",
         "started",
@@ -77,12 +82,25 @@ class Exchange:
         self.body_taken = False
         self.waiter: asyncio.Future[None] | None = None
         self.disconnected = False
+        self.on_gone: Callable[[], None] | None = None
         # The response head, built at http.response.start and written with the first body bytes.
         self.started = False
         self.head: bytes | None = None
         self.chunked = False
         self.bodyless = False
         self.response_complete = False
+
+    def on_disconnect(self, callback: Callable[[], None]) -> None:
+        """Have `callback()` called when the client goes away before the response ended."""
+        self.on_gone = callback
+        if self.disconnected:
+            self.connection.loop.call_soon(callback)
+
+    def gone(self) -> None:
+        self.disconnected = True
+        self.wake()
+        if self.on_gone is not None:
+            self.on_gone()
 
     def wake(self) -> None:
         waiter = self.waiter
@@ -228,9 +246,8 @@ class HttpConnection(asyncio.Protocol):
         self.closing = True
         self.server.connections.discard(self)
         for exchange in (self.current, self.parsing):
-            if exchange is not None and not exchange.response_complete:
-                exchange.disconnected = True
-                exchange.wake()
+            if exchange is not None and not exchange.response_complete and not exchange.disconnected:
+                exchange.gone()
         self.waiting.clear()
         self.write_paused = False
         self._wake_drain()
@@ -280,6 +297,7 @@ class HttpConnection(asyncio.Protocol):
             "server": self.local,
         }
         exchange = Exchange(self, scope, version != "1.0" and parser.should_keep_alive())
+        scope[ON_DISCONNECT] = exchange.on_disconnect
         exchange.expect_continue = self._expect_continue
         self.parsing = exchange
         if self.current is None:

@@ -1,7 +1,7 @@
 """The coordinator's HTTP/1.1 server (motor/coordinator/server.py, http_protocol.py) on a real socket, with small
-ASGI apps that record what they see: pipelining, disconnects, keep-alive expiry, malformed and slow heads,
-write backpressure, request-body flow control, Expect: 100-continue, TLS with client certificates, graceful
-shutdown."""
+ASGI apps that record what they see: pipelining, disconnects (http.disconnect and the on-disconnect callback),
+keep-alive expiry, malformed and slow heads, write backpressure, request-body flow control,
+Expect: 100-continue, TLS with client certificates, graceful shutdown."""
 
 import asyncio
 import json
@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from motor.coordinator.asgi import Receive, Scope, Send, read_body, send_bytes
+from motor.coordinator.http_protocol import ON_DISCONNECT
 from motor.coordinator.server import HttpServer, listen_socket, serve
 from motor.protocol.specs import TlsFiles
 from motor.runtime.tls import client_context
@@ -86,10 +87,11 @@ async def test_pipelined_requests_are_answered_one_at_a_time_in_order() -> None:
 
 
 async def test_a_client_that_goes_away_is_seen_as_http_disconnect() -> None:
-    seen: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    seen: asyncio.Queue[object] = asyncio.Queue()
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await read_body(scope, receive, 1024)
+        scope[ON_DISCONNECT](lambda: seen.put_nowait("callback"))
         await seen.put(await receive())  # waits until the client is gone
 
     async with running(app) as (_, port):
@@ -99,6 +101,7 @@ async def test_a_client_that_goes_away_is_seen_as_http_disconnect() -> None:
         await asyncio.sleep(0.1)
         assert seen.empty()
         writer.close()
+        assert await asyncio.wait_for(seen.get(), 5) == "callback"
         assert await asyncio.wait_for(seen.get(), 5) == {"type": "http.disconnect"}
 
 

@@ -151,8 +151,8 @@ class Dispatch:
             return "infer_timeout"
         return None
 
-    def client_gone(self, _: "asyncio.Future[Any]") -> None:
-        """The client's connection went away (the ASGI `http.disconnect` watcher finished)."""
+    def client_gone(self) -> None:
+        """The client's connection went away."""
         self.expire("client_gone")
 
     def expire(self, kind: str) -> None:
