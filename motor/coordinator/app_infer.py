@@ -8,6 +8,7 @@ from collections.abc import Collection
 
 from motor.coordinator.asgi import (
     CLOSE,
+    ON_DISCONNECT,
     Receive,
     Scope,
     Send,
@@ -25,7 +26,6 @@ from motor.coordinator.dispatch.request import Dispatch, new_request_id
 from motor.coordinator.dispatch.retry import open_with_retries
 from motor.coordinator.errors import HttpError
 from motor.coordinator.health import health, version
-from motor.coordinator.http_protocol import ON_DISCONNECT
 from motor.coordinator.relay import relay_full, relay_stream
 from motor.coordinator.requests import Api, parse_request
 from motor.coordinator.server import HttpServer, coordinator_server

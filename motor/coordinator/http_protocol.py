@@ -2,9 +2,11 @@
 
 Only the part of ASGI the coordinator's apps use: an `http` scope (method, path, query_string, headers, client,
 server, scheme, http_version), `receive` → `http.request` / `http.disconnect`, and `send` ←
-`http.response.start` / `http.response.body` (with `more_body`), plus one extension: `scope[ON_DISCONNECT]`
+`http.response.start` / `http.response.body` (with `more_body`), plus two extensions: `scope[ON_DISCONNECT]`
 (`callback`) has `callback()` called when the client goes away before the response ended — what a task
-waiting on `receive()` for `http.disconnect` would tell, without a task per request. The head is held back until the first body
+waiting on `receive()` for `http.disconnect` would tell, without a task per request — and
+`scope[COMPLETE_BODY]()` hands over the whole body when it has all arrived and none was received yet (else
+None: use `receive()`), so the common request costs no wait and no read deadline. The head is held back until the first body
 message so that a complete response leaves in one write; a response without content-length is sent chunked.
 
 Requests on one connection are answered in order: a request that arrives while another is answered waits (and
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import httptools
 
-from motor.coordinator.asgi import Message
+from motor.coordinator.asgi import COMPLETE_BODY, ON_DISCONNECT, Message
 from motor.coordinator.errors import HttpError, bad_request
 
 if TYPE_CHECKING:
@@ -41,7 +43,6 @@ STATUS_LINES = {
 }
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 DISCONNECT: Message = {"type": "http.disconnect"}
-ON_DISCONNECT = "motor.on_disconnect"
 INTERNAL_ERROR = HttpError(500, "the coordinator failed to answer this request", type_="internal_error")
 
 
@@ -89,6 +90,16 @@ class Exchange:
         self.chunked = False
         self.bodyless = False
         self.response_complete = False
+
+    def complete_body(self) -> bytes | None:
+        if self.more_body or self.body_taken or self.disconnected:
+            return None
+        self.body_taken = True
+        body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
+        self.body = []
+        self.body_size = 0
+        self.connection.resume_reading()
+        return body
 
     def on_disconnect(self, callback: Callable[[], None]) -> None:
         """Have `callback()` called when the client goes away before the response ended."""
@@ -298,6 +309,7 @@ class HttpConnection(asyncio.Protocol):
         }
         exchange = Exchange(self, scope, version != "1.0" and parser.should_keep_alive())
         scope[ON_DISCONNECT] = exchange.on_disconnect
+        scope[COMPLETE_BODY] = exchange.complete_body
         exchange.expect_continue = self._expect_continue
         self.parsing = exchange
         if self.current is None:
