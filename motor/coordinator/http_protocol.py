@@ -169,6 +169,8 @@ class Exchange:
             connection.transport.write(body)
         if not more_body:
             self.response_complete = True
+            self.body = []  # a body the app did not read: the rest of it is dropped as it arrives
+            self.body_size = 0
             self.wake()
             connection.response_done(self)
 
@@ -387,7 +389,7 @@ class HttpConnection(asyncio.Protocol):
         if not self._reading_paused or self.closing or self._broken or self.waiting:
             return
         parsing = self.parsing
-        if parsing is not None and parsing.body_size > BODY_PAUSE_BYTES:
+        if parsing is not None and parsing.body_size > BODY_PAUSE_BYTES and not parsing.response_complete:
             return
         self._reading_paused = False
         self.transport.resume_reading()

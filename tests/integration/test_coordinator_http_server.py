@@ -212,6 +212,19 @@ async def test_a_large_body_is_read_as_the_app_takes_it() -> None:
         assert len(pieces) > 1
 
 
+async def test_a_body_the_app_does_not_read_is_dropped_and_the_next_request_served() -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await send_bytes(send, 404 if scope["method"] == "POST" else 200, scope["method"].encode())
+
+    size = 4 << 20
+    async with running(app) as (_, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /nowhere HTTP/1.1\r\ncontent-length: %d\r\n\r\n" % size)
+        writer.write(b"z" * size + b"GET /next HTTP/1.1\r\n\r\n")
+        assert (await read_response(reader))[0] == b"HTTP/1.1 404 Not Found"
+        assert (await read_response(reader))[2] == b"GET"
+
+
 async def test_expect_100_continue_is_answered_when_the_app_reads_the_body() -> None:
     async with running(echo) as (_, port):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
