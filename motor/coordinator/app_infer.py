@@ -172,6 +172,7 @@ class InferenceApp:
             metrics.observe_e2e(api, now - started)
             if dispatch is not None:
                 metrics.overhead_batch.observe(dispatch.overhead(now - started))
+                dispatch.release()
 
     def _take_rate_token(self) -> None:
         core = self.core

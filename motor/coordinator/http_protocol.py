@@ -348,6 +348,14 @@ class HttpConnection(asyncio.Protocol):
 
     async def _run(self, exchange: Exchange) -> None:
         try:
+            await self._answer(exchange)
+        finally:
+            # The scope holds the exchange's bound methods: let the pair go by reference counting, not the GC.
+            exchange.scope = {}
+            exchange.on_gone = None
+
+    async def _answer(self, exchange: Exchange) -> None:
+        try:
             await self.app(exchange.scope, exchange.receive, exchange.send)
         except asyncio.CancelledError:
             self.close()

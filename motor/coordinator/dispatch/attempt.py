@@ -605,6 +605,12 @@ class Attempt:
             leg.abort(reason)
             leg.allocation.release()
 
+    def forget_legs(self) -> None:
+        """The request is over: drop the attempt's references to its legs (each refers back to the attempt),
+        so that the request's objects are freed by reference counting rather than left to the cyclic GC."""
+        self.legs = []
+        self.client = self.prefill = None
+
 
 def _wake(room: "asyncio.Future[None]") -> None:
     if not room.done():

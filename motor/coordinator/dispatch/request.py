@@ -181,3 +181,10 @@ class Dispatch:
         self.closed = True
         if self.attempt is not None:
             self.attempt.abandon("request ended")
+
+    def release(self) -> None:
+        """After `close()`, once nothing reads the attempt any more: break the request's reference cycles
+        (request ⇄ attempt ⇄ legs, request → its own task) so its objects go as soon as they are unused."""
+        attempt, self.attempt, self._task = self.attempt, None, None
+        if attempt is not None:
+            attempt.forget_legs()
