@@ -107,8 +107,11 @@ class Process:
 def spawn(name: str, args: list[str], port: int, work: Path, env: dict[str, str] | None = None) -> Process:
     log = work / f"{name}.log"
     with log.open("ab") as out:
+        # Not the caller's directory: `python -m` puts the working directory first on sys.path, which would
+        # load motor from there instead of the tree PYTHONPATH names (router_overhead.py --baseline).
         popen = subprocess.Popen(
             args,
+            cwd=work,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -181,21 +184,46 @@ def coordinator_user_config(config: str, infer_port: int, mgmt_port: int) -> dic
     return user
 
 
-def start_coordinator(config: str, work: Path) -> Coordinator:
+def coordinator_plan(user: dict[str, Any], directory: str) -> tuple[str, dict[str, str]]:
+    """The coordinator's spec file and the API keys of its environment, as `motor deploy` plans them."""
+    plan = build_plan(load_documents(user, {"version": "2.0.0"}), config_dir=directory)
+    env = plan.component("coordinator").env
+    return plan.files["coordinator.spec.json"], {k: v for k, v in env.items() if k == "MOTOR_API_KEYS"}
+
+
+# The plan of another source tree (--baseline) is made by that tree: its spec may lack keys of this one.
+PLAN_IN_TREE = (
+    "import json, sys; from coordinator_overhead import coordinator_plan; "
+    "print(json.dumps(coordinator_plan(json.loads(sys.argv[1]), sys.argv[2])))"
+)
+
+
+def start_coordinator(config: str, work: Path, tree: Path | None = None) -> Coordinator:
+    """A coordinator from this checkout, or from the source tree `tree` (planned and run by that tree)."""
     infer_port, mgmt_port = free_port(), free_port()
     directory = work / f"coordinator-{config}-{infer_port}"
     directory.mkdir()
     user = coordinator_user_config(config, infer_port, mgmt_port)
-    plan = build_plan(load_documents(user, {"version": "2.0.0"}), config_dir=str(directory))
+    env = {}
+    if tree is None:
+        spec, secrets = coordinator_plan(user, str(directory))
+    else:
+        env["PYTHONPATH"] = str(tree)
+        planned = subprocess.run(
+            [sys.executable, "-c", PLAN_IN_TREE, json.dumps(user), str(directory)],
+            env={**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{Path(__file__).parent}"},
+            cwd=work,
+            capture_output=True,
+            check=True,
+        )
+        spec, secrets = json.loads(planned.stdout)
     spec_path = directory / "coordinator.spec.json"
-    spec_path.write_text(plan.files[spec_path.name])
+    spec_path.write_text(spec)
     args = [sys.executable, "-m", "motor.coordinator", "--spec", str(spec_path)]
     # the API keys and the controller token travel in the environment, as `motor deploy` hands them over
-    secrets = {
-        name: value for name, value in plan.component("coordinator").env.items() if name == "MOTOR_API_KEYS"
-    }
-    secrets["MOTOR_CONTROLLER_TOKEN"] = REFRESH_TOKEN
-    process = spawn(f"coordinator-{config}", args, infer_port, work, env=secrets)
+    env.update(secrets)
+    env["MOTOR_CONTROLLER_TOKEN"] = REFRESH_TOKEN
+    process = spawn(f"coordinator-{config}", args, infer_port, work, env=env)
     wait_http(process, f"http://127.0.0.1:{mgmt_port}/startup")
     headers = {"authorization": f"Bearer {API_KEY}"} if config == SECURED else {}
     return Coordinator(process, mgmt_port, headers)

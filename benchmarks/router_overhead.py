@@ -107,17 +107,7 @@ def start_smg(engines: dict[str, Process], work: Path) -> Process:
 
 def start_motor(config: str, engines: dict[str, Process], work: Path, name: str, tree: Path | None) -> Route:
     """The coordinator from this checkout, or from `tree` (a copy of another commit's sources)."""
-    saved = os.environ.get("PYTHONPATH")
-    if tree is not None:
-        os.environ["PYTHONPATH"] = str(tree)
-    try:
-        coordinator = start_coordinator(config, work)
-    finally:
-        if tree is not None:
-            if saved is None:
-                del os.environ["PYTHONPATH"]
-            else:
-                os.environ["PYTHONPATH"] = saved
+    coordinator = start_coordinator(config, work, tree)
     register(coordinator.mgmt_port, engines)
     return Route(name, coordinator.process.port, coordinator.headers, coordinator.process)
 

@@ -338,6 +338,11 @@ class RequestLimitConfig(Section):
         default=30.0,
         description="motor's own key: seconds a client has to send its whole request body once admitted (→ 408)",
     )
+    head_read_timeout: PositiveSeconds = Field(
+        default=10.0,
+        description="motor's own key: seconds a client has to send a request head (request line and headers) "
+        "once its first byte arrived (→ 408 and the connection is closed)",
+    )
     max_connections: Annotated[int, Strict(), Field(ge=1)] = Field(
         default=8192,
         description="motor's own key: open client connections per inference worker; requests on connections "

@@ -457,7 +457,11 @@ _warned(
     "request bodies are bounded by request_limit.max_body_bytes",
 )
 _implemented(f"{_K}.request_limit", "max_requests", "cap on concurrent requests in the coordinator")
-_implemented(f"{_K}.request_limit", "max_body_bytes body_read_timeout max_connections", "motor's own keys")
+_implemented(
+    f"{_K}.request_limit",
+    "max_body_bytes body_read_timeout head_read_timeout max_connections",
+    "motor's own keys",
+)
 _implemented(_K, "input_config", "motor's own section: what a client's request may contain")
 _implemented(
     f"{_K}.input_config",

@@ -8,6 +8,7 @@ from collections.abc import Collection
 
 from motor.coordinator.asgi import (
     CLOSE,
+    ON_DISCONNECT,
     Receive,
     Scope,
     Send,
@@ -27,7 +28,7 @@ from motor.coordinator.errors import HttpError
 from motor.coordinator.health import health, version
 from motor.coordinator.relay import relay_full, relay_stream
 from motor.coordinator.requests import Api, parse_request
-from motor.coordinator.server import EmbeddedServer, make_server
+from motor.coordinator.server import HttpServer, coordinator_server
 from motor.coordinator.sse import error_events
 from motor.protocol.specs import TlsFiles
 
@@ -38,13 +39,11 @@ REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
 RETRY_AFTER = [(b"retry-after", b"1")]
 
 
-def inference_server(
-    core: Core, *, keep_alive_timeout: float, log_level: str, tls: TlsFiles | None
-) -> EmbeddedServer:
+def inference_server(core: Core, tls: TlsFiles | None) -> HttpServer:
     """The OpenAI API's server, its app watching the server's open connections."""
     app = InferenceApp(core)
-    server = make_server(app, keep_alive_timeout=keep_alive_timeout, log_level=log_level, tls=tls)
-    app.serve_connections(server.server_state.connections)
+    server = coordinator_server(app, core.config, tls=tls)
+    app.serve_connections(server.connections)
     return server
 
 
@@ -155,7 +154,7 @@ class InferenceApp:
             raw = await read_body(scope, receive, limits.max_body_bytes, limits.body_read_timeout)
             request = parse_request(api, raw, core.models(), core.config.input_config)
             dispatch = Dispatch(core, request, request_id, client_rid)
-            status = await self._serve(dispatch, receive, send)
+            status = await self._serve(dispatch, scope, send)
         except HttpError as error:
             status = error.status
             if (
@@ -173,6 +172,7 @@ class InferenceApp:
             metrics.observe_e2e(api, now - started)
             if dispatch is not None:
                 metrics.overhead_batch.observe(dispatch.overhead(now - started))
+                dispatch.release()
 
     def _take_rate_token(self) -> None:
         core = self.core
@@ -193,12 +193,11 @@ class InferenceApp:
             ],
         )
 
-    async def _serve(self, d: Dispatch, receive: Receive, send: Send) -> int:
+    async def _serve(self, d: Dispatch, scope: Scope, send: Send) -> int:
         core = self.core
         d.attach(asyncio.current_task())  # type: ignore[arg-type]
         core.active.add(d)
-        watcher = core.loop.create_task(receive())
-        watcher.add_done_callback(d.client_gone)
+        scope[ON_DISCONNECT](d.client_gone)
         response_started = False
         try:
             try:
@@ -234,8 +233,6 @@ class InferenceApp:
         finally:
             d.close()
             core.active.discard(d)
-            if not watcher.done():
-                watcher.cancel()
 
     async def _aborted(self, d: Dispatch, send: Send, response_started: bool) -> int:
         kind = d.abort_kind

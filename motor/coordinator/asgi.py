@@ -13,6 +13,11 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 JSON = b"application/json"
+# The coordinator's server (http_protocol.py) adds two callables to every scope: ON_DISCONNECT(callback) has
+# callback() called when the client goes away before the response ended; COMPLETE_BODY() hands over the whole
+# request body when it has all arrived and none was received yet, else None (then use receive()).
+ON_DISCONNECT = "motor.on_disconnect"
+COMPLETE_BODY = "motor.complete_body"
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:
@@ -28,6 +33,11 @@ CLOSE = (b"connection", b"close")
 async def read_body(scope: Scope, receive: Receive, limit: int, timeout: float | None = None) -> bytes:
     """The request body; 413 as soon as it is known to exceed `limit` bytes, 408 (and the connection closed)
     when it has not all arrived within `timeout` seconds."""
+    body = scope[COMPLETE_BODY]()
+    if body is not None:
+        if len(body) > limit:
+            raise _too_large(limit)
+        return body
     if timeout is None:
         return await _read_body(scope, receive, limit)
     try:

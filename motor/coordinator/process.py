@@ -3,6 +3,7 @@
 import asyncio
 import logging
 import os
+import socket
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -14,7 +15,7 @@ from motor.coordinator.app_mgmt import ManagementApp
 from motor.coordinator.core import Core
 from motor.coordinator.metrics import CoordinatorMetrics, InfoCollector, InstanceCollector
 from motor.coordinator.registry import InstanceRegistry
-from motor.coordinator.server import EmbeddedServer, listen_socket, make_server, serve, servers_started
+from motor.coordinator.server import HttpServer, coordinator_server, listen_socket, serve, servers_started
 from motor.coordinator.settings import CoordinatorSettings
 from motor.protocol.instances import InstanceEvent, RefreshResult
 
@@ -30,10 +31,10 @@ class LocalControl:
         self.profile = core.profile.value
         self.required_roles = required_roles
         self._prometheus = prometheus
-        self.servers: list[tuple[EmbeddedServer, object]] = []
+        self.servers: list[tuple[HttpServer, socket.socket]] = []
 
     def started(self) -> bool:
-        return bool(self.servers) and servers_started(self.servers)  # type: ignore[arg-type]
+        return bool(self.servers) and servers_started(self.servers)
 
     def liveness(self) -> tuple[bool, dict[str, Any]]:
         return True, {
@@ -61,28 +62,22 @@ async def run_single_process(settings: CoordinatorSettings, stop: asyncio.Event)
     callback_socket = listen_socket(settings.bind_host, 0)
     callback_port = callback_socket.getsockname()[1]
     await core.start(f"http://{settings.advertise_host}:{callback_port}")
-    keep_alive = config.timeout_config.keep_alive_timeout
-    level = config.logging_config.log_level
     control.servers = [
+        (inference_server(core, settings.infer_tls), infer_socket),
         (
-            inference_server(core, keep_alive_timeout=keep_alive, log_level=level, tls=settings.infer_tls),
-            infer_socket,
-        ),
-        (
-            make_server(
+            coordinator_server(
                 ManagementApp(
                     control,
                     config.request_limit.max_body_bytes,
                     refresh_token=settings.controller_token,
                     endpoint_load=core.scheduler.endpoint_load,
                 ),
-                keep_alive_timeout=keep_alive,
-                log_level=level,
+                config,
                 tls=settings.mgmt_tls,
             ),
             mgmt_socket,
         ),
-        (make_server(CallbackApp(core), keep_alive_timeout=keep_alive, log_level=level), callback_socket),
+        (coordinator_server(CallbackApp(core), config), callback_socket),
     ]
     log.info(
         "coordinator serving the OpenAI API on %s:%d, management on %s:%d, decode callbacks on %s:%d; "
@@ -97,6 +92,6 @@ async def run_single_process(settings: CoordinatorSettings, stop: asyncio.Event)
         config.scheduler_config.scheduler_type,
     )
     try:
-        await serve(control.servers, stop)  # type: ignore[arg-type]
+        await serve(control.servers, stop)
     finally:
         await core.stop()

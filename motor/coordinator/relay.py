@@ -5,9 +5,9 @@ can no longer be retried; the stream ends with an explicit error event (the fail
 and `data: [DONE]`.
 """
 
-import json
 import time
 
+from motor.coordinator import jsonio
 from motor.coordinator.asgi import JSON, Send
 from motor.coordinator.dispatch.attempt import Attempt
 from motor.coordinator.dispatch.failures import LegFailure
@@ -119,7 +119,7 @@ async def _events(attempt: Attempt, events: bytes) -> bytes:
 
 def _merge_usage(body: bytes, cached_tokens: int | None) -> bytes:
     try:
-        response = json.loads(body)
+        response = jsonio.loads(body)
     except ValueError:
         return body
     if not isinstance(response, dict):
@@ -127,4 +127,4 @@ def _merge_usage(body: bytes, cached_tokens: int | None) -> bytes:
     response.pop("kv_transfer_params", None)
     if cached_tokens is not None:
         set_cached_tokens(response, cached_tokens)
-    return json.dumps(response).encode()
+    return jsonio.dumps(response)

@@ -11,7 +11,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
+
 from motor.config.models import InputConfig
+from motor.coordinator import jsonio
 from motor.coordinator.errors import HttpError, bad_request
 from motor.coordinator.scheduling.demand import Demand
 from motor.coordinator.scheduling.prefix import CHARS_PER_TOKEN
@@ -121,7 +124,16 @@ def parse_request(
 
 def load_body(raw: bytes, max_depth: int) -> Any:
     """The parsed body: strict UTF-8 JSON, numbers in range, at most `max_depth` levels of nesting."""
-    decoder = _STRICT_DECODER if _LARGE_NUMBER.search(raw) else _DECODER
+    if _LARGE_NUMBER.search(raw):
+        decoder = _STRICT_DECODER
+    else:
+        decoder = _DECODER
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass  # the standard library's decoder gives the answer: its error, or what orjson refuses to read
+        else:
+            return _bounded_depth(raw, body, max_depth)
     try:
         body = decoder.decode(raw.decode())
     except UnicodeDecodeError:
@@ -130,6 +142,10 @@ def load_body(raw: bytes, max_depth: int) -> Any:
         raise bad_request(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
     except RecursionError:
         raise _too_deep(max_depth) from None
+    return _bounded_depth(raw, body, max_depth)
+
+
+def _bounded_depth(raw: bytes, body: Any, max_depth: int) -> Any:
     # Each level needs a bracket, so a body with few of them cannot be deep: most bodies skip the walk.
     if raw.count(b"[") + raw.count(b"{") > max_depth and nesting_exceeds(body, max_depth):
         raise _too_deep(max_depth)
@@ -171,7 +187,7 @@ def _without_transfer_fields(body: dict[str, Any], raw: bytes, limits: InputConf
         )
     for name in present:
         del body[name]
-    return json.dumps(body).encode()
+    return jsonio.dumps(body)
 
 
 def _too_many(param: str, most: int) -> HttpError:

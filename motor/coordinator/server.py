@@ -1,30 +1,128 @@
-"""Running several ASGI apps on uvicorn (uvloop + httptools) in one event loop, on sockets we bind."""
+"""The coordinator's HTTP/1.1 servers: raw ASGI apps on asyncio protocols + httptools, on sockets we bind.
+
+A server holds its open connections (the inference app caps them), closes those idle beyond the keep-alive
+timeout and those whose request head has not arrived within `head_timeout` of its first byte, and on shutdown
+stops accepting, closes idle connections, lets requests in progress finish for up to
+GRACEFUL_SHUTDOWN_SECONDS, then cancels what is left.
+"""
 
 import asyncio
-import contextlib
 import logging
 import socket
-from collections.abc import Iterator
 from typing import Any
 
-import uvicorn
-
+from motor.config.models import CoordinatorConfig
+from motor.coordinator.errors import HttpError
+from motor.coordinator.http_protocol import HttpConnection
 from motor.protocol.specs import TlsFiles
 from motor.runtime.tls import server_context
 
 # 2,000+ clients may connect at once; the kernel caps this at net.core.somaxconn.
 BACKLOG = 8192
 GRACEFUL_SHUTDOWN_SECONDS = 5.0
+SWEEP_SECONDS = 1.0
 
 log = logging.getLogger(__name__)
 
 
-class EmbeddedServer(uvicorn.Server):
-    """A uvicorn server that leaves signal handling to the process that runs it."""
+class HttpServer:
+    def __init__(
+        self,
+        app: Any,
+        *,
+        keep_alive_timeout: float,
+        head_timeout: float,
+        tls: TlsFiles | None = None,
+    ) -> None:
+        """`tls`: serve HTTPS with these files (client certificates required when they name a CA)."""
+        self.app = app
+        self.keep_alive_timeout = keep_alive_timeout
+        self.head_timeout = head_timeout
+        self.ssl = server_context(tls) if tls is not None else None
+        self.scheme = "https" if self.ssl is not None else "http"
+        self.connections: set[HttpConnection] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.started = False
+        self.shutting_down = False
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self._listener: asyncio.Server | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
 
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
+    async def start(self, sock: socket.socket) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._listener = await self.loop.create_server(
+            lambda: HttpConnection(self), sock=sock, ssl=self.ssl, backlog=BACKLOG
+        )
+        self._sweep_later()
+        self.started = True
+
+    def _sweep_later(self) -> None:
+        period = min(SWEEP_SECONDS, self.keep_alive_timeout / 4, self.head_timeout / 4)
+        self._sweeper = self.loop.call_later(period, self._sweep)
+
+    def _sweep(self) -> None:
+        now = self.loop.time()
+        idle_before = now - self.keep_alive_timeout
+        head_before = now - self.head_timeout
+        for connection in list(self.connections):
+            if 0.0 < connection.idle_since <= idle_before and not connection.busy:
+                connection.close()
+            elif 0.0 < connection.head_since <= head_before:
+                _head_too_slow(connection, self.head_timeout)
+        self._sweep_later()
+
+    async def shutdown(self) -> None:
+        """Stop accepting; close idle connections; give requests in progress GRACEFUL_SHUTDOWN_SECONDS."""
+        if self._listener is None:
+            return
+        self.shutting_down = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        self._listener.close()
+        for connection in list(self.connections):
+            if connection.busy:
+                connection.stop_parsing()
+            else:
+                connection.close()
+        deadline = self.loop.time() + GRACEFUL_SHUTDOWN_SECONDS
+        while (self.connections or self.tasks) and self.loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        if self.tasks:
+            log.warning(
+                "cancelling %d request(s) still running after %gs", len(self.tasks), GRACEFUL_SHUTDOWN_SECONDS
+            )
+            for task in list(self.tasks):
+                task.cancel()
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+        for connection in list(self.connections):
+            connection.transport.abort()
+        await self._listener.wait_closed()
+
+
+def coordinator_server(app: Any, config: CoordinatorConfig, *, tls: TlsFiles | None = None) -> HttpServer:
+    """A server for one of the coordinator's apps, its deadlines from the coordinator's config."""
+    return HttpServer(
+        app,
+        keep_alive_timeout=config.timeout_config.keep_alive_timeout,
+        head_timeout=config.request_limit.head_read_timeout,
+        tls=tls,
+    )
+
+
+def _head_too_slow(connection: HttpConnection, timeout: float) -> None:
+    connection.head_since = 0.0
+    if connection.busy:
+        connection.stop_parsing()
+        return
+    connection.answer_and_close(
+        HttpError(
+            408,
+            f"the request head did not arrive within {timeout:g} s "
+            "(motor_coordinator_config.request_limit.head_read_timeout)",
+            type_="invalid_request_error",
+            code="request_timeout",
+        )
+    )
 
 
 def listen_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
@@ -42,46 +140,18 @@ def listen_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.s
     return sock
 
 
-def make_server(
-    app: Any, *, keep_alive_timeout: float, log_level: str, tls: TlsFiles | None = None
-) -> EmbeddedServer:
-    """`tls`: serve HTTPS with these files (client certificates required when they name a CA)."""
-    context = server_context(tls) if tls is not None else None
-    config = uvicorn.Config(
-        app,
-        loop="none",
-        http="httptools",
-        ws="none",
-        lifespan="off",
-        access_log=False,
-        log_config=None,
-        log_level="debug" if log_level == "DEBUG" else "warning",
-        proxy_headers=False,
-        server_header=False,
-        date_header=False,
-        timeout_keep_alive=int(max(1, round(keep_alive_timeout))),
-        timeout_graceful_shutdown=int(GRACEFUL_SHUTDOWN_SECONDS),
-        backlog=BACKLOG,
-        ssl_context_factory=(lambda _config, _default: context) if context is not None else None,
-    )
-    return EmbeddedServer(config)
-
-
-async def serve(servers: list[tuple[EmbeddedServer, socket.socket]], stop: asyncio.Event) -> None:
-    """Serve until `stop` is set or a server exits, then shut every server down."""
-    tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
-    stopper = asyncio.create_task(stop.wait())
+async def serve(servers: list[tuple[HttpServer, socket.socket]], stop: asyncio.Event) -> None:
+    """Serve until `stop` is set, then shut every server down."""
     try:
-        await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+        for server, sock in servers:
+            await server.start(sock)
+        await stop.wait()
     finally:
-        for server, _ in servers:
-            server.should_exit = True
-        stopper.cancel()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
+        results = await asyncio.gather(*(server.shutdown() for server, _ in servers), return_exceptions=True)
         for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+            if isinstance(result, BaseException):
                 log.error("server stopped with an error: %r", result)
 
 
-def servers_started(servers: list[tuple[EmbeddedServer, socket.socket]]) -> bool:
+def servers_started(servers: list[tuple[HttpServer, socket.socket]]) -> bool:
     return all(server.started for server, _ in servers)

@@ -1,7 +1,8 @@
 """Leg bodies per docs/kv_transfer_params.md."""
 
-import json
 from typing import Any
+
+from motor.coordinator import jsonio
 
 PREFILL_DROPPED = ("stream_options",)
 
@@ -19,7 +20,7 @@ def prefill_body(
     if kv_transfer_params is not None:
         body["kv_transfer_params"] = kv_transfer_params
     body.update(extra)
-    return json.dumps(body).encode()
+    return jsonio.dumps(body)
 
 
 def decode_body(
@@ -32,4 +33,4 @@ def decode_body(
     else:
         body.pop("kv_transfer_params", None)
     body.update(extra)
-    return json.dumps(body).encode()
+    return jsonio.dumps(body)

@@ -28,7 +28,7 @@ from motor.coordinator.app_mgmt import ManagementApp
 from motor.coordinator.limits import SharedState
 from motor.coordinator.metrics import InfoCollector, InstanceCollector
 from motor.coordinator.registry import InstanceRegistry
-from motor.coordinator.server import GRACEFUL_SHUTDOWN_SECONDS, listen_socket, make_server, serve
+from motor.coordinator.server import GRACEFUL_SHUTDOWN_SECONDS, coordinator_server, listen_socket, serve
 from motor.coordinator.settings import CoordinatorSettings
 from motor.protocol.instances import InstanceEvent, RefreshResult
 from motor.protocol.workers import TO_SUPERVISOR, InstanceSet, InstanceSetAck, ToSupervisor, WorkerReady
@@ -256,12 +256,11 @@ async def run_supervisor(
     supervisor = Supervisor(settings, run_dir)
     if settings.infer_tls is not None:
         server_context(settings.infer_tls)  # a broken certificate stops the coordinator, not each worker
-    mgmt = make_server(
+    mgmt = coordinator_server(
         ManagementApp(
             supervisor, config.request_limit.max_body_bytes, refresh_token=settings.controller_token
         ),
-        keep_alive_timeout=config.timeout_config.keep_alive_timeout,
-        log_level=config.logging_config.log_level,
+        config,
         tls=settings.mgmt_tls,
     )
     await supervisor.start_workers()

@@ -6,7 +6,9 @@ needs: deadlines per wait, a read-silence limit, and `abort()` that closes a leg
 how a leg is cancelled at the engine.
 
 Timeouts cost one timer per connection, not one per read: the alarm is armed for the earliest moment a wait
-could time out, and when it fires early (bytes arrived meanwhile) it re-arms itself for the new limit.
+could time out, and when it fires early (bytes arrived meanwhile) it re-arms itself for the new limit. It stays
+armed across the exchanges of a keep-alive connection (firing while nobody waits does nothing), so a reused
+connection usually needs no new timer at all.
 """
 
 import asyncio
@@ -115,7 +117,6 @@ class UpstreamConnection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.complete = True
-        self._disarm()
         self._wake()
 
     # ---- exchange API --------------------------------------------------------------------------------------

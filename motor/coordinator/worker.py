@@ -22,7 +22,7 @@ from motor.coordinator.app_infer import inference_server
 from motor.coordinator.core import Core
 from motor.coordinator.limits import SharedState
 from motor.coordinator.metrics import CoordinatorMetrics
-from motor.coordinator.server import listen_socket, make_server, serve
+from motor.coordinator.server import coordinator_server, listen_socket, serve
 from motor.coordinator.settings import CoordinatorSettings
 from motor.protocol.instances import InstanceEvent
 from motor.protocol.specs import CoordinatorSpec, load_spec
@@ -55,14 +55,9 @@ async def run_worker(settings: CoordinatorSettings, index: int, control_fd: int,
     callback_port = callback_socket.getsockname()[1]
     await core.start(f"http://{settings.advertise_host}:{callback_port}")
     channel = await open_channel(socket.socket(fileno=control_fd), TO_WORKER)
-    keep_alive = config.timeout_config.keep_alive_timeout
-    level = config.logging_config.log_level
     servers = [
-        (
-            inference_server(core, keep_alive_timeout=keep_alive, log_level=level, tls=settings.infer_tls),
-            infer_socket,
-        ),
-        (make_server(CallbackApp(core), keep_alive_timeout=keep_alive, log_level=level), callback_socket),
+        (inference_server(core, settings.infer_tls), infer_socket),
+        (coordinator_server(CallbackApp(core), config), callback_socket),
     ]
     follower = asyncio.create_task(_follow_supervisor(core, channel))
     follower.add_done_callback(lambda _: stop.set())  # the supervisor is gone: stop too

@@ -8,13 +8,13 @@ attempt) closes it at once — closing a leg's connection is how it is cancelled
 """
 
 import asyncio
-import json
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from motor.coordinator import jsonio
 from motor.coordinator.dispatch.deadlines import prefill_budget
 from motor.coordinator.dispatch.failures import (
     EngineRejected,
@@ -433,7 +433,7 @@ class Attempt:
         leg.release_connection(connection)
         leg.allocation.release_tokens()
         try:
-            response = json.loads(raw)
+            response = jsonio.loads(raw)
         except ValueError:
             raise leg.failed("invalid_json", f"{describe(leg.target)} answered invalid JSON") from None
         if not isinstance(response, dict):
@@ -604,6 +604,12 @@ class Attempt:
         for leg in self.legs:
             leg.abort(reason)
             leg.allocation.release()
+
+    def forget_legs(self) -> None:
+        """The request is over: drop the attempt's references to its legs (each refers back to the attempt),
+        so that the request's objects are freed by reference counting rather than left to the cyclic GC."""
+        self.legs = []
+        self.client = self.prefill = None
 
 
 def _wake(room: "asyncio.Future[None]") -> None:

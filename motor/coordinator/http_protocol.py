@@ -1,0 +1,471 @@
+"""One client connection of the coordinator's HTTP/1.1 server: httptools parses, the ASGI app answers.
+
+Only the part of ASGI the coordinator's apps use: an `http` scope (method, path, query_string, headers, client,
+server, scheme, http_version), `receive` → `http.request` / `http.disconnect`, and `send` ←
+`http.response.start` / `http.response.body` (with `more_body`), plus two extensions: `scope[ON_DISCONNECT]`
+(`callback`) has `callback()` called when the client goes away before the response ended — what a task
+waiting on `receive()` for `http.disconnect` would tell, without a task per request — and
+`scope[COMPLETE_BODY]()` hands over the whole body when it has all arrived and none was received yet (else
+None: use `receive()`), so the common request costs no wait and no read deadline. The head is held back until the first body
+message so that a complete response leaves in one write; a response without content-length is sent chunked.
+
+Requests on one connection are answered in order: a request that arrives while another is answered waits (and
+the connection stops reading until it is its turn). Request bodies are buffered up to `BODY_PAUSE_BYTES`
+before reading pauses until the app takes them; responses wait for the transport to drain when the client
+reads slower than they are sent. A client that goes away turns a pending or later `receive()` into
+`http.disconnect`. Deadlines (idle keep-alive, the request head) are enforced by the server's sweeper
+(`motor.coordinator.server`) from `idle_since` and `head_since`.
+"""
+
+import asyncio
+import logging
+import urllib.parse
+from collections import deque
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+
+import httptools
+
+from motor.coordinator.asgi import COMPLETE_BODY, ON_DISCONNECT, Message
+from motor.coordinator.errors import HttpError, bad_request
+
+if TYPE_CHECKING:
+    from motor.coordinator.server import HttpServer
+
+log = logging.getLogger(__name__)
+
+BODY_PAUSE_BYTES = 1 << 16
+STATUS_LINES = {
+    status: b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode())
+    for status in range(100, 600)
+    if status in HTTPStatus._value2member_map_
+}
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+DISCONNECT: Message = {"type": "http.disconnect"}
+INTERNAL_ERROR = HttpError(500, "the coordinator failed to answer this request", type_="internal_error")
+
+
+def status_line(status: int) -> bytes:
+    return STATUS_LINES.get(status) or b"HTTP/1.1 %d \r\n" % status
+
+
+class Exchange:
+    """One request and its response: the ASGI `receive` and `send` of one app call."""
+
+    __slots__ = (
+        "body",
+        "body_size",
+        "body_taken",
+        "bodyless",
+        "chunked",
+        "connection",
+        "disconnected",
+        "expect_continue",
+        "head",
+        "keep_alive",
+        "more_body",
+        "on_gone",
+        "response_complete",
+        "scope",
+        "started",
+        "waiter",
+    )
+
+    def __init__(self, connection: "HttpConnection", scope: dict[str, Any], keep_alive: bool) -> None:
+        self.connection = connection
+        self.scope = scope
+        self.keep_alive = keep_alive
+        self.expect_continue = False
+        self.body: list[bytes] = []
+        self.body_size = 0
+        self.more_body = True
+        self.body_taken = False
+        self.waiter: asyncio.Future[None] | None = None
+        self.disconnected = False
+        self.on_gone: Callable[[], None] | None = None
+        # The response head, built at http.response.start and written with the first body bytes.
+        self.started = False
+        self.head: bytes | None = None
+        self.chunked = False
+        self.bodyless = False
+        self.response_complete = False
+
+    def complete_body(self) -> bytes | None:
+        if self.more_body or self.body_taken or self.disconnected:
+            return None
+        self.body_taken = True
+        body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
+        self.body = []
+        self.body_size = 0
+        self.connection.resume_reading()
+        return body
+
+    def on_disconnect(self, callback: Callable[[], None]) -> None:
+        """Have `callback()` called when the client goes away before the response ended."""
+        self.on_gone = callback
+        if self.disconnected:
+            self.connection.loop.call_soon(callback)
+
+    def gone(self) -> None:
+        self.disconnected = True
+        self.wake()
+        if self.on_gone is not None:
+            self.on_gone()
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def receive(self) -> Message:
+        connection = self.connection
+        if self.expect_continue:
+            self.expect_continue = False
+            if not self.started and not connection.closing:
+                connection.transport.write(CONTINUE)
+        while True:
+            if self.disconnected or self.response_complete:
+                return DISCONNECT
+            if not self.body_taken and (self.body or not self.more_body):
+                body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
+                self.body = []
+                self.body_size = 0
+                self.body_taken = not self.more_body
+                connection.resume_reading()
+                return {"type": "http.request", "body": body, "more_body": self.more_body}
+            connection.resume_reading()
+            self.waiter = waiter = connection.loop.create_future()
+            try:
+                await waiter
+            finally:
+                self.waiter = None
+
+    async def send(self, message: Message) -> None:
+        connection = self.connection
+        if connection.write_paused and not self.disconnected:
+            await connection.drain()
+        if connection.closing:
+            self.disconnected = True
+        if self.disconnected or self.response_complete:
+            return
+        if message["type"] == "http.response.start":
+            self._start(message)
+            return
+        body = message.get("body", b"")
+        more_body = message.get("more_body", False)
+        if self.bodyless:
+            body = b""
+        elif self.chunked:
+            if body:
+                body = b"%x\r\n%b\r\n" % (len(body), body)
+            if not more_body:
+                body += b"0\r\n\r\n"
+        head = self.head
+        if head is not None:
+            self.head = None
+            body = head + body if body else head
+        if body:
+            connection.transport.write(body)
+        if not more_body:
+            self.response_complete = True
+            self.body = []  # a body the app did not read: the rest of it is dropped as it arrives
+            self.body_size = 0
+            self.wake()
+            connection.response_done(self)
+
+    def _start(self, message: Message) -> None:
+        self.started = True
+        status = message["status"]
+        parts = [status_line(status)]
+        sized = connection = False
+        for name, value in message.get("headers", ()):
+            if name == b"content-length":
+                sized = True
+            elif name == b"connection":
+                connection = True
+                if b"close" in value.lower():
+                    self.keep_alive = False
+            parts.append(b"%b: %b\r\n" % (name, value))
+        if not self.keep_alive and not connection:
+            parts.append(b"connection: close\r\n")
+        self.bodyless = self.scope["method"] == "HEAD" or status in (204, 304)
+        if not sized and not self.bodyless and self.scope["http_version"] == "1.1":
+            self.chunked = True
+            parts.append(b"transfer-encoding: chunked\r\n")
+        elif not sized and not self.bodyless:
+            self.keep_alive = (
+                False  # HTTP/1.0 without a length: the end of the body is the end of the connection
+            )
+        parts.append(b"\r\n")
+        self.head = b"".join(parts)
+
+
+class HttpConnection(asyncio.Protocol):
+    """The protocol of one client connection."""
+
+    def __init__(self, server: "HttpServer") -> None:
+        self.server = server
+        self.loop = server.loop
+        self.app = server.app
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.parser = httptools.HttpRequestParser(self)
+        self.closing = False
+        self.write_paused = False
+        self._drain_waiter: asyncio.Future[None] | None = None
+        self._reading_paused = False
+        self._broken = False
+        self.client: tuple[str, int] | None = None
+        self.local: tuple[str, int] | None = None
+        self.scheme = server.scheme
+        # The exchange being answered, the one being parsed, and those parsed while another was answered.
+        self.current: Exchange | None = None
+        self.parsing: Exchange | None = None
+        self.waiting: deque[Exchange | None] = deque()  # None: a malformed request, answered 400 in its turn
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._expect_continue = False
+        self.idle_since = 0.0  # >0: no request in progress since then (the keep-alive deadline runs)
+        self.head_since = 0.0  # >0: a request head began arriving then and is not complete
+
+    # ---- asyncio.Protocol ----------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.client = _address(transport.get_extra_info("peername"))
+        self.local = _address(transport.get_extra_info("sockname"))
+        self.idle_since = self.loop.time()
+        self.server.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self._broken:
+            return
+        self.idle_since = 0.0
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            # An Upgrade/CONNECT request: what was parsed is answered; the connection ends after it.
+            self.stop_parsing()
+            if self.current is None:
+                self.close()
+        except Exception as exc:  # anything the parser or a callback raises means a bad request
+            log.debug("malformed request from %s: %r", self.client, exc)
+            self._malformed()
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.server.connections.discard(self)
+        for exchange in (self.current, self.parsing):
+            if exchange is not None and not exchange.response_complete and not exchange.disconnected:
+                exchange.gone()
+        self.waiting.clear()
+        self.write_paused = False
+        self._wake_drain()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._wake_drain()
+
+    # ---- httptools callbacks -------------------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = []
+        self._expect_continue = False
+        self.head_since = self.loop.time()
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
+            self._expect_continue = True
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self.head_since = 0.0
+        parser = self.parser
+        version = parser.get_http_version()
+        url = httptools.parse_url(self._url)
+        path = url.path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        scope = {
+            "type": "http",
+            "http_version": version,
+            "method": parser.get_method().decode("ascii"),
+            "scheme": self.scheme,
+            "path": path,
+            "raw_path": url.path,
+            "query_string": url.query or b"",
+            "headers": self._headers,
+            "client": self.client,
+            "server": self.local,
+        }
+        exchange = Exchange(self, scope, version != "1.0" and parser.should_keep_alive())
+        scope[ON_DISCONNECT] = exchange.on_disconnect
+        scope[COMPLETE_BODY] = exchange.complete_body
+        exchange.expect_continue = self._expect_continue
+        self.parsing = exchange
+        if self.current is None:
+            self._begin(exchange)
+        else:
+            self.waiting.append(exchange)
+            self._pause_reading()
+
+    def on_body(self, body: bytes) -> None:
+        exchange = self.parsing
+        if exchange is None or exchange.response_complete:
+            return
+        exchange.body.append(body)
+        exchange.body_size += len(body)
+        if exchange.body_size > BODY_PAUSE_BYTES:
+            self._pause_reading()
+        exchange.wake()
+
+    def on_message_complete(self) -> None:
+        exchange = self.parsing
+        self.parsing = None
+        if exchange is None:
+            return
+        exchange.more_body = False
+        exchange.wake()
+
+    # ---- serving -------------------------------------------------------------------------------------------
+
+    def _begin(self, exchange: Exchange) -> None:
+        self.current = exchange
+        task = self.loop.create_task(self._run(exchange))
+        self.server.tasks.add(task)
+        task.add_done_callback(self.server.tasks.discard)
+
+    async def _run(self, exchange: Exchange) -> None:
+        try:
+            await self._answer(exchange)
+        finally:
+            # The scope holds the exchange's bound methods: let the pair go by reference counting, not the GC.
+            exchange.scope = {}
+            exchange.on_gone = None
+
+    async def _answer(self, exchange: Exchange) -> None:
+        try:
+            await self.app(exchange.scope, exchange.receive, exchange.send)
+        except asyncio.CancelledError:
+            self.close()
+            raise
+        except Exception as exc:
+            log.error(
+                "the app failed on %s %s", exchange.scope["method"], exchange.scope["path"], exc_info=exc
+            )
+            if exchange.started or exchange.disconnected:
+                self.close()
+            else:
+                exchange.keep_alive = False
+                body = INTERNAL_ERROR.body()
+                headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+                await exchange.send({"type": "http.response.start", "status": 500, "headers": headers})
+                await exchange.send({"type": "http.response.body", "body": body})
+            return
+        if not exchange.response_complete and not exchange.disconnected:
+            log.error("the app ended without completing its response to %s", exchange.scope["path"])
+            self.close()
+
+    def response_done(self, exchange: Exchange) -> None:
+        """The response to `exchange` has been written: close, or go on with the next request."""
+        self.current = None
+        if not exchange.keep_alive or self.closing or self.server.shutting_down:
+            self.close()
+            return
+        if self.waiting:
+            following = self.waiting.popleft()
+            if following is None:
+                self._answer_malformed()
+                return
+            self._begin(following)
+        else:
+            self.idle_since = self.loop.time()
+        self.resume_reading()
+
+    def resume_reading(self) -> None:
+        if not self._reading_paused or self.closing or self._broken or self.waiting:
+            return
+        parsing = self.parsing
+        if parsing is not None and parsing.body_size > BODY_PAUSE_BYTES and not parsing.response_complete:
+            return
+        self._reading_paused = False
+        self.transport.resume_reading()
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and not self.closing:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    async def drain(self) -> None:
+        if self._drain_waiter is None or self._drain_waiter.done():
+            self._drain_waiter = self.loop.create_future()
+        await asyncio.shield(self._drain_waiter)
+
+    def _wake_drain(self) -> None:
+        waiter = self._drain_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def stop_parsing(self) -> None:
+        """Read no more requests: the connection ends after the response in progress."""
+        self._broken = True
+        self._pause_reading()
+        if self.current is not None:
+            self.current.keep_alive = False
+
+    def _malformed(self) -> None:
+        """Answer 400 and close, after the response in progress if there is one. A request whose body is
+        malformed ends there: its app sees the client disconnect."""
+        self._broken = True
+        self._pause_reading()
+        self.head_since = 0.0
+        parsing, current = self.parsing, self.current
+        self.parsing = None
+        if parsing is not None and parsing is not current:
+            self.waiting.remove(parsing)
+        if current is None or (parsing is current and not current.started):
+            self._answer_malformed()
+        elif parsing is current:
+            self.close()
+        else:
+            self.waiting.append(None)
+
+    def _answer_malformed(self) -> None:
+        self.answer_and_close(bad_request("malformed HTTP request", code="bad_http_request"))
+
+    def answer_and_close(self, error: HttpError) -> None:
+        """Answer `error` (no request in progress) and close the connection."""
+        if self.closing:
+            return
+        body = error.body()
+        self.transport.write(
+            b"%bcontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%b"
+            % (status_line(error.status), len(body), body)
+        )
+        self.close()
+
+    def close(self) -> None:
+        if not self.closing:
+            self.closing = True
+            self.transport.close()
+
+    @property
+    def busy(self) -> bool:
+        return self.current is not None
+
+
+def _address(address: Any) -> tuple[str, int] | None:
+    if isinstance(address, tuple) and len(address) >= 2:
+        return (str(address[0]), int(address[1]))
+    return None
