@@ -39,6 +39,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -370,4 +371,6 @@ def parse_args() -> argparse.Namespace:
 
 
 if __name__ == "__main__":
+    # a kill ends the run like Ctrl-C: the processes started so far are stopped by pid on the way out
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     uvloop.run(main(parse_args()))
