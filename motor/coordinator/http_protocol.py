@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import httptools
 
-from motor.coordinator.asgi import COMPLETE_BODY, ON_DISCONNECT, Message
+from motor.coordinator.asgi import COMPLETE_BODY, ON_DISCONNECT, Message, send_error
 from motor.coordinator.errors import HttpError, bad_request
 
 if TYPE_CHECKING:
@@ -94,10 +94,14 @@ class Exchange:
     def complete_body(self) -> bytes | None:
         if self.more_body or self.body_taken or self.disconnected:
             return None
-        self.body_taken = True
+        return self._take_body()
+
+    def _take_body(self) -> bytes:
+        """The body buffered so far, handed over; reading resumes if it had paused for it."""
         body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
         self.body = []
         self.body_size = 0
+        self.body_taken = not self.more_body
         self.connection.resume_reading()
         return body
 
@@ -128,12 +132,7 @@ class Exchange:
             if self.disconnected or self.response_complete:
                 return DISCONNECT
             if not self.body_taken and (self.body or not self.more_body):
-                body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
-                self.body = []
-                self.body_size = 0
-                self.body_taken = not self.more_body
-                connection.resume_reading()
-                return {"type": "http.request", "body": body, "more_body": self.more_body}
+                return {"type": "http.request", "body": self._take_body(), "more_body": self.more_body}
             connection.resume_reading()
             self.waiter = waiter = connection.loop.create_future()
             try:
@@ -252,9 +251,6 @@ class HttpConnection(asyncio.Protocol):
             log.debug("malformed request from %s: %r", self.client, exc)
             self._malformed()
 
-    def eof_received(self) -> bool | None:
-        return None
-
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.server.connections.discard(self)
@@ -368,10 +364,7 @@ class HttpConnection(asyncio.Protocol):
                 self.close()
             else:
                 exchange.keep_alive = False
-                body = INTERNAL_ERROR.body()
-                headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-                await exchange.send({"type": "http.response.start", "status": 500, "headers": headers})
-                await exchange.send({"type": "http.response.body", "body": body})
+                await send_error(exchange.send, INTERNAL_ERROR)
             return
         if not exchange.response_complete and not exchange.disconnected:
             log.error("the app ended without completing its response to %s", exchange.scope["path"])
@@ -463,6 +456,23 @@ class HttpConnection(asyncio.Protocol):
     @property
     def busy(self) -> bool:
         return self.current is not None
+
+    def head_timed_out(self, timeout: float) -> None:
+        """A request head has been arriving for longer than `timeout`: 408 and close, or, behind a response in
+        progress, read no further."""
+        self.head_since = 0.0
+        if self.busy:
+            self.stop_parsing()
+            return
+        self.answer_and_close(
+            HttpError(
+                408,
+                f"the request head did not arrive within {timeout:g} s "
+                "(motor_coordinator_config.request_limit.head_read_timeout)",
+                type_="invalid_request_error",
+                code="request_timeout",
+            )
+        )
 
 
 def _address(address: Any) -> tuple[str, int] | None:

@@ -124,16 +124,13 @@ def parse_request(
 
 def load_body(raw: bytes, max_depth: int) -> Any:
     """The parsed body: strict UTF-8 JSON, numbers in range, at most `max_depth` levels of nesting."""
-    if _LARGE_NUMBER.search(raw):
-        decoder = _STRICT_DECODER
-    else:
-        decoder = _DECODER
+    large_numbers = _LARGE_NUMBER.search(raw) is not None
+    if not large_numbers:
         try:
-            body = orjson.loads(raw)
+            return _bounded_depth(raw, orjson.loads(raw), max_depth)
         except orjson.JSONDecodeError:
             pass  # the standard library's decoder gives the answer: its error, or what orjson refuses to read
-        else:
-            return _bounded_depth(raw, body, max_depth)
+    decoder = _STRICT_DECODER if large_numbers else _DECODER
     try:
         body = decoder.decode(raw.decode())
     except UnicodeDecodeError:

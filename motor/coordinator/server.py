@@ -12,7 +12,6 @@ import socket
 from typing import Any
 
 from motor.config.models import CoordinatorConfig
-from motor.coordinator.errors import HttpError
 from motor.coordinator.http_protocol import HttpConnection
 from motor.protocol.specs import TlsFiles
 from motor.runtime.tls import server_context
@@ -68,7 +67,7 @@ class HttpServer:
             if 0.0 < connection.idle_since <= idle_before and not connection.busy:
                 connection.close()
             elif 0.0 < connection.head_since <= head_before:
-                _head_too_slow(connection, self.head_timeout)
+                connection.head_timed_out(self.head_timeout)
         self._sweep_later()
 
     async def shutdown(self) -> None:
@@ -106,22 +105,6 @@ def coordinator_server(app: Any, config: CoordinatorConfig, *, tls: TlsFiles | N
         keep_alive_timeout=config.timeout_config.keep_alive_timeout,
         head_timeout=config.request_limit.head_read_timeout,
         tls=tls,
-    )
-
-
-def _head_too_slow(connection: HttpConnection, timeout: float) -> None:
-    connection.head_since = 0.0
-    if connection.busy:
-        connection.stop_parsing()
-        return
-    connection.answer_and_close(
-        HttpError(
-            408,
-            f"the request head did not arrive within {timeout:g} s "
-            "(motor_coordinator_config.request_limit.head_read_timeout)",
-            type_="invalid_request_error",
-            code="request_timeout",
-        )
     )
 
 
