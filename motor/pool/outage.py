@@ -101,6 +101,16 @@ class MasterOutage:
             self._trial_running = False
             self._schedule_look()
 
+    def inconclusive(self) -> None:
+        """A call failed in a way that tells nothing about the master (it answered with an error, or a stale
+        connection broke while the port accepts again): during an outage this ends the trial, and the next look
+        decides. Without it a trial ending that way would leave every later call refused."""
+        with self._lock:
+            if self._down_since is None:
+                return
+            self._trial_running = False
+            self._schedule_look()
+
     def succeeded(self) -> None:
         """A call the master answered: the outage, if there was one, is over."""
         with self._lock:

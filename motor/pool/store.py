@@ -93,6 +93,10 @@ def _guarded(
         except StoreUnavailable:
             outage.failed()
             raise
+        except BaseException:
+            if outage.down:
+                outage.inconclusive()
+            raise
         if outage.down:
             outage.succeeded()
         return result

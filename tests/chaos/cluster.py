@@ -33,6 +33,7 @@ from tests.fixtures.etcd import etcd_binary
 
 INSTANCES = ("prefill-0", "prefill-1", "decode-0", "decode-1")
 LEASE_TTL_MS = 2000
+DIAGNOSIS_LOG_LINES = 12
 # A standby takes over within the lock's TTL of its leader's death (pyMotor's default TTL is 10 s).
 STANDBY = {
     "enable_master_standby": True,
@@ -160,12 +161,20 @@ class EtcdProcess:
         }
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.1) -> float:
-    """Poll `condition` until it holds; the seconds it took. AssertionError after `timeout_s`."""
+def wait_until(
+    condition: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    poll_s: float = 0.1,
+    explain: Callable[[], str] | None = None,
+) -> float:
+    """Poll `condition` until it holds; the seconds it took. AssertionError after `timeout_s`, carrying
+    `explain()` when given."""
     began = time.monotonic()
     while not condition():
         if time.monotonic() - began > timeout_s:
-            raise AssertionError(f"not within {timeout_s:g} s: {what}")
+            detail = f"\n{explain()}" if explain is not None else ""
+            raise AssertionError(f"not within {timeout_s:g} s: {what}{detail}")
         time.sleep(poll_s)
     return time.monotonic() - began
 
@@ -306,6 +315,23 @@ class ChaosCluster:
         if self.routed() != set(INSTANCES):
             return False
         return all(self.engine_metric(name, "motor_sim_kv_pool_up") == 1.0 for name in INSTANCES)
+
+    def diagnosis(self) -> str:
+        """What the components say right now and the end of each log: the text a failed wait shows, so that a
+        run on another machine tells which part never came back."""
+        pool = self.pool()
+        lines = [
+            f"controller: {self.controller_view() or 'no answer'}",
+            f"coordinator routes: {self.routed_or_none()}",
+            "pool link up: "
+            + str({name: self.engine_metric(name, "motor_sim_kv_pool_up") for name in INSTANCES}),
+            f"pool master: {'no answer' if pool is None else pool}",
+            "components: " + str({c["name"]: (c["pid"], c["state"]) for c in self.state()["components"]}),
+        ]
+        for log in sorted((self.run.run_dir / "logs").glob("*.log")):
+            tail = log.read_text(errors="replace").splitlines()[-DIAGNOSIS_LOG_LINES:]
+            lines += [f"--- {log.name} (last {len(tail)} lines)", *(line[:300] for line in tail)]
+        return "\n".join(lines)
 
     # ---- pool leases ----------------------------------------------------------------------------------------
 

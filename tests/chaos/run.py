@@ -75,7 +75,12 @@ class ClusterWatch:
 def run_fault(cluster: ChaosCluster, fault: Fault, shape: LoadShape = LoadShape()) -> RunResult:
     """Run `fault` under `shape`'s load. Raises AssertionError when the cluster is not whole before the fault or
     does not recover within the timeout (the load is stopped and joined either way)."""
-    wait_until(cluster.serving_all, HEALTHY_BEFORE_S, f"the cluster whole before {fault.name!r}")
+    wait_until(
+        cluster.serving_all,
+        HEALTHY_BEFORE_S,
+        f"the cluster whole before {fault.name!r}",
+        explain=cluster.diagnosis,
+    )
     deadline_s = cluster.settings.infer_timeout_s + 15.0
     load = OpenLoopLoad(cluster.api_url, shape.rate, deadline_s).start()
     watch = ClusterWatch(cluster)
@@ -91,6 +96,7 @@ def run_fault(cluster: ChaosCluster, fault: Fault, shape: LoadShape = LoadShape(
             shape.recovery_timeout_s,
             f"recovery from {fault.name!r}",
             poll_s=RECOVERY_POLL_S,
+            explain=cluster.diagnosis,
         )
         recovered_at = time.monotonic()
         time.sleep(shape.tail_s)

@@ -1,6 +1,9 @@
 """The store client's outage breaker, on a fake clock and a fake port check."""
 
+import pytest
+
 from motor.pool.outage import MasterOutage
+from motor.pool.store import RPC_FAIL, StoreError, StoreUnavailable, _guarded
 from motor.runtime.backoff import Backoff
 
 LOOKS = Backoff(initial_s=1.0, factor=2.0, cap_s=4.0)
@@ -117,3 +120,57 @@ def test_a_second_outage_is_counted_and_its_looks_start_soon_again() -> None:
     outage.admit()
     assert looks[-1] == clock.now  # first look 1 s into the new outage, not at the old cap
     assert outage.view().outages == 2
+
+
+def test_a_trial_that_ends_inconclusive_lets_the_next_look_try_again() -> None:
+    # the master restarted: its port accepts, but the trial's stale connection broke (an error that is not
+    # "unavailable"); the breaker must not stay shut for good
+    outage, clock, looks = breaker([True])
+    outage.failed()
+    clock.now += 1.0
+    assert outage.admit()
+    outage.inconclusive()
+    assert outage.down and outage.skip_now()
+    clock.now += 2.0
+    assert outage.admit() and len(looks) == 2
+    outage.succeeded()
+    assert outage.view().up
+
+
+def test_inconclusive_while_up_changes_nothing() -> None:
+    outage, _, looks = breaker([True])
+    outage.inconclusive()
+    assert not outage.down and outage.admit() and looks == []
+
+
+class GuardedFake:
+    """The two attributes `_guarded` uses, and a call whose outcome the test sets."""
+
+    master_address = "127.0.0.1:1"
+
+    def __init__(self, outage: MasterOutage) -> None:
+        self._outage = outage
+        self.outcome: BaseException | None = None
+
+    @_guarded
+    def call(self) -> str:
+        if self.outcome is not None:
+            raise self.outcome
+        return "answer"
+
+
+def test_a_store_error_in_the_trial_call_does_not_shut_the_client_out() -> None:
+    outage, clock, _ = breaker([True])
+    client = GuardedFake(outage)
+    client.outcome = StoreUnavailable("gone", RPC_FAIL)
+    with pytest.raises(StoreUnavailable):
+        client.call()
+    assert outage.down
+    clock.now += 1.0
+    client.outcome = StoreError("exists_batch: the master could not check 6 keys", -1)
+    with pytest.raises(StoreError):
+        client.call()  # the trial: the master's port accepts, the stale connection broke
+    clock.now += 2.0
+    client.outcome = None
+    assert client.call() == "answer"
+    assert outage.view().up
