@@ -40,6 +40,8 @@ def test_example_local_validates_and_launches(tmp_path: Path) -> None:
         assert launch.env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
         # one OpenMP thread per engine: three engines' spin-waiting OpenMP teams oversubscribe two cores
         assert launch.env["OMP_NUM_THREADS"] == "1"
+        # the model runs in the EngineCore process: no shared-memory queue to a separate worker process
+        assert launch.env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
         kv = json.loads(engine[engine.index("--kv-transfer-config") + 1])
         names = [c["kv_connector"] for c in kv["kv_connector_extra_config"]["connectors"]]
         assert names == ["MooncakeConnector", "MooncakeStoreConnector"]
