@@ -57,6 +57,15 @@ def test_baseline_without_a_fault_answers_everything(chaos_cluster: ChaosCluster
     )
 
 
+def test_a_failed_wait_tells_what_each_part_says(chaos_cluster: ChaosCluster) -> None:
+    text = chaos_cluster.diagnosis()
+    assert "controller: {" in text and "'prefill-0': 'active'" in text
+    assert "coordinator routes: {" in text
+    assert all(f"'{name}': 1.0" in text for name in INSTANCES)  # every engine's pool link up
+    assert "pool master: PoolSnapshot(" in text
+    assert all(f"--- {name}.log" in text for name in ("kv-pool", "controller", "coordinator", *INSTANCES))
+
+
 def test_prefill_engine_killed_mid_prompt(chaos_cluster: ChaosCluster) -> None:
     fault = EngineKilled("prefill engine SIGKILL mid-prompt", instance="prefill-0")
     result = run_fault(chaos_cluster, fault, CI_LOAD)
