@@ -15,8 +15,9 @@ Printed: requests, errors, the coordinator's retries and cancelled legs (its /me
 end-to-end P50/P99/max, the longest gap between two output events of one stream, requests slower than
 `--slow-seconds`, pool hits (requests with cached tokens, and the master's get hits), the load average during the
 run, and the CPU time each deployed process (per instance: API server, EngineCore, worker) and everything else on
-the machine used while the requests ran. `--dump-after S` runs `py-spy dump --native` on every engine process
-when a request has been in flight S seconds (once per request; py-spy must be installed) and keeps the dumps.
+the machine used while the requests ran. `--dump-after S` records `ss`, every engine thread's state and
+`py-spy dump --native` of every engine process when a request has been in flight S seconds (once per request;
+py-spy must be installed) and keeps the dumps.
 
     .venv/bin/python benchmarks/soak_real_path.py [--requests 300] [--concurrency 4] [--hog 0]
         [--env KEY=VALUE ...] [--dump-after 0] [--keep DIR] [--plot benchmarks/out/soak_real_path.png]
@@ -47,6 +48,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import httpx
 from plotting import default_plot_path, figure, save
@@ -365,7 +367,8 @@ async def send(client: httpx.AsyncClient, url: str, planned: Planned, args: argp
 
 
 class StallDumper:
-    """py-spy native stacks of every engine process once a request has been in flight `after` seconds."""
+    """Once a request has been in flight `after` seconds: the machine's established TCP sockets (`ss`), every
+    engine thread's state and kernel wait channel (`ps -L`), then py-spy native stacks of every engine process."""
 
     def __init__(self, deployment: Deployment, after: float, out_dir: Path) -> None:
         self.deployment, self.after, self.out_dir = deployment, after, out_dir
@@ -382,13 +385,20 @@ class StallDumper:
                     continue
                 self.dumped.add(index)
                 target = self.out_dir / f"stall-soak-{index}-{now - since:.0f}s.txt"
+                engines = [
+                    (pid, name)
+                    for pid, name in sorted(deployment_processes(self.deployment).items(), key=lambda p: p[1])
+                    if name.startswith(("prefill-", "decode-"))
+                    and not name.partition("/")[2].startswith("motor.")
+                ]
                 with target.open("w") as out:
-                    for pid, name in sorted(
-                        deployment_processes(self.deployment).items(), key=lambda p: p[1]
-                    ):
-                        component, _, title = name.partition("/")
-                        if not component.startswith(("prefill-", "decode-")) or title.startswith("motor."):
-                            continue
+                    # the fast views first, while the stall lasts: every socket's queues and owner, and each engine
+                    # thread's scheduler state and kernel wait channel; py-spy takes about a second per process
+                    await self._run(out, "ss", "-tnpiH", "state", "established")
+                    for pid, name in engines:
+                        out.write(f"==== threads of {name} pid {pid}\n")
+                        await self._run(out, "ps", "-L", "-o", "tid,stat,pcpu,wchan:28,comm", "-p", str(pid))
+                    for pid, name in engines:
                         out.write(f"==== {name} pid {pid} cpu {cpu_ticks(pid) / CLOCK_TICKS:.1f} s\n")
                         out.flush()
                         dump = await asyncio.create_subprocess_exec(
@@ -396,6 +406,13 @@ class StallDumper:
                         )
                         await dump.wait()
                 print(f"  soak-{index} in flight {now - since:.0f} s: stacks in {target}", flush=True)
+
+    @staticmethod
+    async def _run(out: IO[str], *argv: str) -> None:
+        out.write(f"$ {' '.join(argv)}\n")
+        out.flush()
+        view = await asyncio.create_subprocess_exec(*argv, stdout=out, stderr=out)
+        await view.wait()
 
 
 async def run_requests(
