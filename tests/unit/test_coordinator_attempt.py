@@ -194,6 +194,24 @@ async def test_the_last_attempt_gives_up_with_the_count(core: Core) -> None:
     assert last.failure.message == "none (gave up after 3 attempts)" and last.failure.status == 503
 
 
+async def test_the_prefill_budget_applies_to_every_attempt_but_the_last(core: Core) -> None:
+    # a stalled leg is moved to spare the request the wait; on the last attempt `max_retry` allows there is
+    # nowhere to move it, and cutting it short would turn a slow answer into an error
+    for endpoint in core.scheduler._loads.values():
+        for _ in range(5):  # prefill_deadline_min_samples
+            core.scheduler.prefill_answered(endpoint, 1000, 0.1)
+    d = dispatch(core)
+    for number in range(3):
+        attempt = d.new_attempt()
+        leg = attempt.prefill_leg(await attempt.pick("prefill"))
+        if number < 2:
+            assert not attempt.is_last() and leg.budget == 2.0  # the floor: 1 s + 4 × 3 tokens × 0.1 ms
+            assert leg.deadline < attempt.prefill_deadline()
+            assert attempt.fail(leg.failed("timeout", "no answer"), core.retry_policy) is not None
+    assert attempt.is_last() and leg.budget == 0.0
+    assert leg.deadline == pytest.approx(attempt.prefill_deadline(), abs=0.05)
+
+
 async def test_engine_rejection_is_final_and_excludes_nothing(core: Core) -> None:
     d = dispatch(core)
     attempt = d.new_attempt()

@@ -334,6 +334,11 @@ class Attempt:
         request_timeout = self.dispatch.core.config.timeout_config.request_timeout
         return min(self.dispatch.loop.time() + request_timeout, self.first_token_deadline)
 
+    def is_last(self) -> bool:
+        """No retry would follow this attempt's failure (`exception_config.max_retry` used up)."""
+        attempts = self.dispatch.core.retry_policy.max_attempts
+        return attempts is not None and self.number + 1 >= attempts
+
     # ---- instances and legs --------------------------------------------------------------------------------
 
     async def pick(self, role: str) -> Target:
@@ -396,13 +401,17 @@ class Attempt:
         return leg
 
     def prefill_leg(self, target: Target) -> Leg:
-        """A prefill leg bounded by its own budget when that ends before the request's limits do."""
+        """A prefill leg bounded by its own budget when that ends before the request's limits do — except on
+        the last attempt `max_retry` allows: a stalled leg is moved to spare the request the wait, and with no
+        attempt left to move it to, cutting it short would only turn a slow answer into an error."""
         dispatch = self.dispatch
         demand = dispatch.request.demand
         limit = self.prefill_deadline()
         leg = self.prefill = self._leg(target, demand.prefill_tokens, demand.prompt_tokens, limit, False)
         endpoint = leg.allocation.endpoint
         leg.work = endpoint.tokens
+        if self.is_last():
+            return leg
         budget = prefill_budget(dispatch.core.config.timeout_config, leg.work, endpoint.prefill_rate)
         if dispatch.loop.time() + budget < limit:
             leg.deadline = dispatch.loop.time() + budget
