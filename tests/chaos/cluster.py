@@ -173,10 +173,18 @@ def wait_until(
     began = time.monotonic()
     while not condition():
         if time.monotonic() - began > timeout_s:
-            detail = f"\n{explain()}" if explain is not None else ""
-            raise AssertionError(f"not within {timeout_s:g} s: {what}{detail}")
+            raise AssertionError(f"not within {timeout_s:g} s: {what}{_explained(explain)}")
         time.sleep(poll_s)
     return time.monotonic() - began
+
+
+def _explained(explain: Callable[[], str] | None) -> str:
+    if explain is None:
+        return ""
+    try:
+        return f"\n{explain()}"
+    except Exception as exc:  # the diagnosis must not hide the failure it explains
+        return f"\n(no diagnosis: {exc!r})"
 
 
 def children(pid: int) -> list[int]:
