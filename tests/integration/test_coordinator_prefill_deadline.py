@@ -2,7 +2,8 @@
 once the coordinator has measured both prefill instances, one of them stops answering (the sim's `hang` fault).
 Its prefill legs miss their own deadline (a second or two here, request_timeout is 30 s), are closed at the
 engine (no orphan leg) and move to the other instance; the answers are the oracle's tokens, each once; the
-second stall degrades the instance and it gets no more legs while the other can take them."""
+second stall degrades the instance and it gets no more legs while the other can take them. When every prefill
+instance stalls, the last attempt max_retry allows waits within the request's limits instead of failing."""
 
 import asyncio
 import time
@@ -171,5 +172,43 @@ async def test_a_stalled_prefill_moves_within_its_deadline_and_degrades(
         for response in responses:
             assert_oracle_stream(response)
         assert engine_metric(hung, HANG_FIRED) - held_before == 2, "a leg reached the degraded instance"
+    for engine in cluster:
+        wait_engine_idle(engine)
+
+
+async def test_the_last_attempt_waits_out_a_stall_of_every_prefill_instance(
+    cluster: list[SimEngine], coordinators: StartCoordinator
+) -> None:
+    """Both prefill instances stop answering for a while: the stalled legs move on their deadlines until
+    max_retry is used up, and the last attempt waits within the request's limits instead of failing — the
+    request comes back late with the oracle's tokens, not as a 504."""
+    first, second, decode = cluster
+    coordinator = coordinators(profile="prefill_first", coordinator_config=CONFIG)
+    coordinator.register(
+        [sim_instance(first, "prefill"), sim_instance(second, "prefill"), sim_instance(decode, "decode")]
+    )
+    attempts = CONFIG["exception_config"]["max_retry"] + 1
+    async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=120) as http:
+        for _ in range(2 * MIN_SAMPLES):
+            response = await http.post("/v1/completions", json=body(stream=False))
+            assert response.status_code == 200, response.text
+        try:
+            for engine in (first, second):
+                set_engine_faults(engine, hang=True)
+            pending = asyncio.create_task(http.post("/v1/completions", json=body(stream=True)))
+            began = time.monotonic()
+            while stalls(coordinator, "prefill-0") + stalls(coordinator, "prefill-1") < attempts - 1:
+                assert time.monotonic() - began < REQUEST_TIMEOUT / 2, "the stalled legs did not move"
+                assert not pending.done(), pending.result().text
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(2.0)  # longer than any leg's own deadline here
+            assert not pending.done(), f"the last attempt was cut short: {pending.result().text}"
+        finally:
+            for engine in (first, second):
+                set_engine_faults(engine, hang=False)
+        response = await pending
+        assert_oracle_stream(response)
+        total = stalls(coordinator, "prefill-0") + stalls(coordinator, "prefill-1")
+        assert total == attempts - 1, "the last attempt's leg is not counted as a stall"
     for engine in cluster:
         wait_engine_idle(engine)
