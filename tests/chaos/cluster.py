@@ -34,6 +34,7 @@ from tests.fixtures.etcd import etcd_binary
 INSTANCES = ("prefill-0", "prefill-1", "decode-0", "decode-1")
 LEASE_TTL_MS = 2000
 DIAGNOSIS_LOG_LINES = 12
+PUT_START_DISCARD_S = 30.0  # mooncake_master's default put_start_discard_timeout_sec
 # A standby takes over within the lock's TTL of its leader's death (pyMotor's default TTL is 10 s).
 STANDBY = {
     "enable_master_standby": True,
@@ -345,15 +346,22 @@ class ChaosCluster:
 
     def keys_left_after_leases(self) -> int:
         """Remove every object of the job without force, once every lease granted so far expired: the objects
-        that stay are held by a lease that never expired (leaked). A fresh client each time: the master may
-        have been restarted since the last check."""
+        that stay are held by a lease that never expired (leaked). An object whose writer was killed between
+        its put's start and end is not removable either ("not all replicas are complete") until the master
+        discards the unfinished put (`put_start_discard_timeout_sec`): while objects remain, the removal is
+        repeated until that has passed. A fresh client each time: the master may have been restarted since the
+        last check."""
         time.sleep(LEASE_TTL_MS / 1000 + 0.5)
-        with StoreClient.connect(self._store_config() | {"global_segment_size": 0}) as store:
-            store.remove_matching("^motor-sim/")
-        after = self.pool()
-        if after is None:
-            raise AssertionError("the pool master does not answer its metrics")
-        return after.key_count
+        give_up = time.monotonic() + PUT_START_DISCARD_S + 2.0
+        while True:
+            with StoreClient.connect(self._store_config() | {"global_segment_size": 0}) as store:
+                store.remove_matching("^motor-sim/")
+            after = self.pool()
+            if after is None:
+                raise AssertionError("the pool master does not answer its metrics")
+            if after.key_count == 0 or time.monotonic() >= give_up:
+                return after.key_count
+            time.sleep(1.0)
 
     def _store_config(self) -> dict[str, Any]:
         """The store config the engines got (their spec carries it as a file)."""
