@@ -7,8 +7,9 @@ would queue every request behind those calls: the whole engine stalls for as lon
 `MasterOutage` is a circuit breaker in front of the native calls. The first call that finds the master gone
 opens it; from then on calls are refused at once (the caller treats that as a miss and computes instead),
 except that every so often — with backoff — one caller checks whether the master's port accepts connections
-again and, if it does, lets its call through as the trial. The trial's success closes the breaker. The clock
-and the port check are parameters, so the logic is tested without a master.
+again and, if it does, lets its call through as the trial. The trial's success closes the breaker; a failure
+that says nothing about the master (an error answer, a stale connection breaking) leaves the next look to
+decide. The clock and the port check are parameters, so the logic is tested without a master.
 """
 
 import logging

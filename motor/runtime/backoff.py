@@ -52,6 +52,10 @@ class Backoff:
             base *= 1 + self.jitter * (2 * rng() - 1)
         return min(base, self.cap_s)
 
+    def exhausted(self, failures: int) -> bool:
+        """After `failures` failed attempts, `max_attempts` allows no other."""
+        return self.max_attempts is not None and failures >= self.max_attempts
+
     def next_delay(
         self, failures: int, elapsed_s: float = 0.0, rng: Callable[[], float] = random.random
     ) -> float | None:
@@ -59,7 +63,7 @@ class Backoff:
         next attempt, or None when the policy gives up."""
         if failures < 1:
             raise ValueError(f"failures {failures}: ask after an attempt failed")
-        if self.max_attempts is not None and failures >= self.max_attempts:
+        if self.exhausted(failures):
             return None
         wait = self.delay(failures - 1, rng)
         if self.max_elapsed_s is not None and elapsed_s + wait > self.max_elapsed_s:

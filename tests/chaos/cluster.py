@@ -349,19 +349,19 @@ class ChaosCluster:
         that stay are held by a lease that never expired (leaked). An object whose writer was killed between
         its put's start and end is not removable either ("not all replicas are complete") until the master
         discards the unfinished put (`put_start_discard_timeout_sec`): while objects remain, the removal is
-        repeated until that has passed. A fresh client each time: the master may have been restarted since the
-        last check."""
+        repeated until that has passed, by one client. A fresh client for each check: the master may have been
+        restarted since the last one."""
         time.sleep(LEASE_TTL_MS / 1000 + 0.5)
         give_up = time.monotonic() + PUT_START_DISCARD_S + 2.0
-        while True:
-            with StoreClient.connect(self._store_config() | {"global_segment_size": 0}) as store:
+        with StoreClient.connect(self._store_config() | {"global_segment_size": 0}) as store:
+            while True:
                 store.remove_matching("^motor-sim/")
-            after = self.pool()
-            if after is None:
-                raise AssertionError("the pool master does not answer its metrics")
-            if after.key_count == 0 or time.monotonic() >= give_up:
-                return after.key_count
-            time.sleep(1.0)
+                after = self.pool()
+                if after is None:
+                    raise AssertionError("the pool master does not answer its metrics")
+                if after.key_count == 0 or time.monotonic() >= give_up:
+                    return after.key_count
+                time.sleep(1.0)
 
     def _store_config(self) -> dict[str, Any]:
         """The store config the engines got (their spec carries it as a file)."""

@@ -46,6 +46,8 @@ def test_max_attempts_counts_the_first_attempt() -> None:
     assert policy.next_delay(1) == 0.005
     assert policy.next_delay(2) == 0.01
     assert policy.next_delay(3) is None
+    assert [policy.exhausted(n) for n in (1, 2, 3)] == [False, False, True]
+    assert not Backoff(initial_s=0.005).exhausted(1000), "no max_attempts: never exhausted"
 
 
 def test_no_wait_may_end_past_max_elapsed() -> None:

@@ -336,8 +336,7 @@ class Attempt:
 
     def is_last(self) -> bool:
         """No retry would follow this attempt's failure (`exception_config.max_retry` used up)."""
-        attempts = self.dispatch.core.retry_policy.max_attempts
-        return attempts is not None and self.number + 1 >= attempts
+        return self.dispatch.core.retry_policy.exhausted(self.number + 1)
 
     # ---- instances and legs --------------------------------------------------------------------------------
 
