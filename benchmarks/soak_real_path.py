@@ -15,8 +15,8 @@ Printed: requests, errors, the coordinator's retries and cancelled legs (its /me
 end-to-end P50/P99/max, the longest gap between two output events of one stream, requests slower than
 `--slow-seconds`, pool hits (requests with cached tokens, and the master's get hits), the load average during the
 run, and the CPU time each deployed process (per instance: API server, EngineCore, worker) and everything else on
-the machine used while the requests ran. `--dump-after S` records `ss`, every engine thread's state and
-`py-spy dump --native` of every engine process when a request has been in flight S seconds (once per request;
+the machine used while the requests ran. `--dump-after S` records `ss`, every engine thread's state, gdb's
+stacks of every EngineCore thread (when gdb is installed) and `py-spy dump --native` of every engine process when a request has been in flight S seconds (once per request;
 py-spy must be installed) and keeps the dumps.
 
     .venv/bin/python benchmarks/soak_real_path.py [--requests 300] [--concurrency 4] [--hog 0]
@@ -366,9 +366,18 @@ async def send(client: httpx.AsyncClient, url: str, planned: Planned, args: argp
     return outcome
 
 
+# symbols of Mooncake's, asio's and the C libraries only: a fraction of a second per process instead of seconds
+GDB_STACKS = (
+    "-batch", "-nx", "-iex", "set auto-load off", "-iex", "set debuginfod enabled off", "-iex", "set auto-solib-add off",
+    "-ex", "sharedlibrary mooncake", "-ex", "sharedlibrary libstdc", "-ex", "sharedlibrary libc.so",
+    "-ex", "thread apply all bt 30",
+)  # fmt: skip
+
+
 class StallDumper:
     """Once a request has been in flight `after` seconds: the machine's established TCP sockets (`ss`), every
-    engine thread's state and kernel wait channel (`ps -L`), then py-spy native stacks of every engine process."""
+    engine thread's state and kernel wait channel (`ps -L`), gdb's stacks of every EngineCore thread (if gdb is
+    installed), then py-spy native stacks of every engine process."""
 
     def __init__(self, deployment: Deployment, after: float, out_dir: Path) -> None:
         self.deployment, self.after, self.out_dir = deployment, after, out_dir
@@ -377,6 +386,7 @@ class StallDumper:
 
     async def watch(self) -> None:
         py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        gdb = shutil.which("gdb")
         while True:
             await asyncio.sleep(0.5)
             now = time.monotonic()
@@ -398,6 +408,11 @@ class StallDumper:
                     for pid, name in engines:
                         out.write(f"==== threads of {name} pid {pid}\n")
                         await self._run(out, "ps", "-L", "-o", "tid,stat,pcpu,wchan:28,comm", "-p", str(pid))
+                    if gdb:  # native stacks of every thread, Mooncake's transport threads included
+                        for pid, name in engines:
+                            if name.endswith("/EngineCore"):
+                                out.write(f"==== native threads of {name} pid {pid}\n")
+                                await self._run(out, gdb, *GDB_STACKS, "-p", str(pid))
                     for pid, name in engines:
                         out.write(f"==== {name} pid {pid} cpu {cpu_ticks(pid) / CLOCK_TICKS:.1f} s\n")
                         out.flush()
