@@ -112,14 +112,18 @@ def deploy(workdir: Path, extra_env: dict[str, str]) -> Deployment:
             pool_metrics_url=f"http://127.0.0.1:{topology.pool.metrics_port}/metrics",
             block_size=int(topology.roles["decode"].engine_config["block_size"]),
         )
-        deployed = subprocess.run(
-            [*MOTOR, "deploy", "--config-dir", str(config_dir), "--run-root", str(run_root)],
-            cwd=workdir,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            timeout=900,
-        )
+        try:
+            deployed = subprocess.run(
+                [*MOTOR, "deploy", "--config-dir", str(config_dir), "--run-root", str(run_root)],
+                cwd=workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                timeout=900,
+            )
+        except BaseException:  # interrupted while deploying: the job's supervisor outlives `motor deploy`
+            stop(deployment)
+            raise
     if deployed.returncode != 0:
         stop(deployment)
         raise SystemExit(f"motor deploy failed: see {workdir / 'motor-cli.log'}")
@@ -676,10 +680,10 @@ def main() -> int:
     print(f"load average {' / '.join(f'{v:.1f}' for v in os.getloadavg())} at the start; work dir {workdir}")
     if extra_env:
         print(f"extra engine env: {extra_env}")
-    deployment = deploy(workdir, extra_env)
     # Started in the background, a process inherits SIGINT ignored: both signals stop the run (and the job).
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    deployment = deploy(workdir, extra_env)
     try:
         planned = plan(args, deployment.block_size)
         counters_before = coordinator_counters(deployment)

@@ -19,6 +19,12 @@ SHM_BROADCAST_FILE = "vllm/distributed/device_communicators/shm_broadcast.py"
 SHM_READER_SPIN_DEFAULT = re.compile(r"busy_loop_s:\s*float\s*=\s*1(\.0*)?\s*[,)]")
 # Settings proposed upstream for the readers' busy loop: an installed vLLM that reads either needs no fix.
 SHM_SPIN_ENVS = ("VLLM_SHM_BROADCAST_BUSY_LOOP_S", "VLLM_SHM_BROADCAST_BUSY_SLEEP_S")
+ENGINE_CORE_FILE = "vllm/v1/engine/core.py"
+IDLE_STEP_FIXED_SLEEP = re.compile(
+    r"def _process_engine_step\(self\)[^\n]*\n(?:(?!\n    def ).)*?"
+    r"if not model_executed and self\.scheduler\.has_requests\(\):\s*\n\s*time\.sleep\(0\.001\)",
+    re.DOTALL,
+)
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,8 @@ class Facts:
     multi_connector_asserts_metrics: bool = False
     # The installed shared-memory queue readers spin with sched_yield for a hard-coded 1 s after each read.
     shm_reader_spins_one_second: bool = False
+    # The installed engine loop sleeps a fixed 1 ms after a step that ran no model while requests remain.
+    engine_idle_step_sleeps_fixed: bool = False
 
     def with_accelerator(self, present: bool) -> "Facts":
         return replace(self, accelerator_present=present)
@@ -61,6 +69,8 @@ def gather_facts(*, probe_accelerator: bool = False) -> Facts:
         and _source_contains(vllm, (MULTI_CONNECTOR_FILE,), UNLISTED_METRICS_ASSERTION),
         shm_reader_spins_one_second=vllm is not None
         and shm_reader_spins_one_second(_source(vllm, SHM_BROADCAST_FILE) or ""),
+        engine_idle_step_sleeps_fixed=vllm is not None
+        and engine_idle_step_sleeps_fixed(_source(vllm, ENGINE_CORE_FILE) or ""),
     )
 
 
@@ -100,6 +110,11 @@ def shm_reader_spins_one_second(source: str) -> bool:
     return (
         not configurable and "sched_yield()" in source and SHM_READER_SPIN_DEFAULT.search(source) is not None
     )
+
+
+def engine_idle_step_sleeps_fixed(source: str) -> bool:
+    """Whether core.py's `_process_engine_step` sleeps a fixed 1 ms after a step that ran no model."""
+    return IDLE_STEP_FIXED_SLEEP.search(source) is not None
 
 
 def _source(distribution: importlib.metadata.Distribution, relative: str) -> str | None:

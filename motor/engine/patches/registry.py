@@ -41,7 +41,7 @@ def replace_method(cls: type, name: str, replacement: Callable[..., Any]) -> Non
 
 
 def known_patches() -> list[Patch]:
-    from motor.engine.patches import connector_metrics, cpu, multi_connector, shm_spin
+    from motor.engine.patches import connector_metrics, cpu, idle_step, multi_connector, shm_spin
 
     return [
         multi_connector.PATCH,
@@ -49,6 +49,7 @@ def known_patches() -> list[Patch]:
         cpu.BROKEN_TORCH_EXTENSIONS,
         cpu.MOONCAKE_DEVICE_INDEX,
         shm_spin.PATCH,
+        idle_step.PATCH,
     ]
 
 

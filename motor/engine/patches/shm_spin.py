@@ -51,7 +51,7 @@ def decide(facts: Facts) -> Decision:
     return Decision(
         True,
         f"vLLM {facts.vllm_version}'s shared-memory queue readers (EngineCore, worker) spin with sched_yield for "
-        f"a hard-coded 1 s after every read, i.e. all the time while the engine serves; {when} that takes the "
+        f"a hard-coded 1 s after every read, i.e. all the time while the engine serves; {when}, that takes the "
         f"CPU from the engines' compute and KV transfers: each poll sleeps {DEFAULT_SLEEP_S * 1000:g} ms instead "
         f"({SLEEP_ENV} overrides)",
     )
