@@ -90,7 +90,10 @@ async def _concurrent(a: Attempt) -> None:
     section_start = time.perf_counter()
     try:
         await asyncio.wait((prefill_task, decode_task), return_when=asyncio.FIRST_COMPLETED)
-        if prefill_task.done() and prefill_task.exception() is not None:
+        # Decode output means the KV arrived: a prefill failure settled in the same turn (its answer missed its
+        # deadline while the decode side already streamed) must not fail a request that is being answered.
+        decoded = decode_task.done() and not decode_task.cancelled() and decode_task.exception() is None
+        if not decoded and prefill_task.done() and prefill_task.exception() is not None:
             raise prefill_task.exception()  # type: ignore[misc]
         await decode_task
     except BaseException:
