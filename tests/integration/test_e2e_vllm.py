@@ -19,6 +19,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -34,6 +35,8 @@ import pytest
 
 from motor.config import load_config
 from motor.config.ports import instance_ports
+from motor.engine.patches.facts import gather_facts
+from motor.engine.patches.registry import decide_all
 from motor.pool.metrics import scrape_pool
 from tests.fixtures.control import pid_alive
 from tests.fixtures.kv_handover import assert_kv_handover, decode_counters
@@ -276,6 +279,18 @@ def test_each_engine_binds_its_own_store_lookup_socket(deployment: Deployment) -
         assert f"/lookup_rpc_port_{lookup_id}_host_{host}_dp_rank0" in bound, (
             f"no engine bound lookup id {lookup_id}"
         )
+
+
+def test_every_engine_runs_with_the_fixes_that_apply_here(deployment: Deployment) -> None:
+    """The engine server's shim installs each gated fix in the engine processes (`motor patch status` says
+    which apply): each engine's log names every one of them as applied."""
+    facts = gather_facts()
+    expected = {patch.name for patch, decision in decide_all(facts) if decision.applies}
+    if facts.vllm_version == "0.32.0" and facts.accelerator_present is False:
+        assert {"cpu-idle-step-backoff", "cpu-mooncake-device-index"} <= expected
+    for name in deployment.engines:
+        log = (deployment.run_root / JOB_ID / name / "engine.log").read_text(errors="replace")
+        assert expected <= set(re.findall(r"motor patch (\S+) applied", log)), name
 
 
 def test_repeated_prefix_is_a_pool_hit_with_the_same_answer(

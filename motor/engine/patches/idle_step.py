@@ -14,8 +14,6 @@ that runs the model starts again at 1 ms. A transfer is then noticed at most tha
 `MOTOR_IDLE_STEP_MAX_WAIT_S` overrides the longest wait; 0.001 or less restores vLLM's fixed 1 ms.
 """
 
-import logging
-import math
 import os
 import queue
 import time
@@ -24,7 +22,14 @@ from types import ModuleType
 from typing import Any
 
 from motor.engine.patches.facts import Facts
-from motor.engine.patches.registry import Decision, Patch, PatchTargetError, replace_method
+from motor.engine.patches.registry import (
+    Decision,
+    Patch,
+    PatchTargetError,
+    replace_method,
+    seconds_setting,
+    without_accelerator,
+)
 
 TARGET = "vllm.v1.engine.core"
 MAX_WAIT_ENV = "MOTOR_IDLE_STEP_MAX_WAIT_S"
@@ -32,8 +37,6 @@ FIRST_WAIT_S = 0.001  # vLLM's own
 # Far below a prefill or a KV transfer on CPU (tens to hundreds of ms for the smallest model), and a tenth of the
 # steps the fixed 1 ms sleep runs while nothing moves.
 DEFAULT_MAX_WAIT_S = 0.016
-
-log = logging.getLogger("motor.engine.patches")
 
 
 def decide(facts: Facts) -> Decision:
@@ -48,9 +51,7 @@ def decide(facts: Facts) -> Decision:
         return Decision(
             False, "an accelerator is present: the host's cores are not what the transfers wait for"
         )
-    when = (
-        "no accelerator is present" if facts.accelerator_present is False else "if no accelerator is present"
-    )
+    when = without_accelerator(facts)
     return Decision(
         True,
         f"vLLM {facts.vllm_version}'s engine loop steps every 1 ms while its requests only wait for KV transfers; "
@@ -61,17 +62,7 @@ def decide(facts: Facts) -> Decision:
 
 def max_wait_seconds(environ: Mapping[str, str]) -> float:
     """The longest wait between idle steps: `MOTOR_IDLE_STEP_MAX_WAIT_S` when it is a finite number >= 0."""
-    raw = environ.get(MAX_WAIT_ENV)
-    if raw is None:
-        return DEFAULT_MAX_WAIT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        log.warning("%s=%r is not a number of seconds >= 0; using %g", MAX_WAIT_ENV, raw, DEFAULT_MAX_WAIT_S)
-        return DEFAULT_MAX_WAIT_S
-    return value
+    return seconds_setting(environ, MAX_WAIT_ENV, DEFAULT_MAX_WAIT_S)
 
 
 class IdleBackoff:

@@ -1,6 +1,8 @@
 """The known fixes: each with a predicate over `Facts` that says whether it applies here and why."""
 
-from collections.abc import Callable
+import logging
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -29,6 +31,30 @@ class PatchTargetError(RuntimeError):
 
 
 PATCHED_MARK = "__motor_patched__"
+
+log = logging.getLogger("motor.engine.patches")
+
+
+def seconds_setting(environ: Mapping[str, str], name: str, default: float) -> float:
+    """`environ[name]` when it is a finite number of seconds >= 0, else `default` (warned about when set)."""
+    raw = environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        log.warning("%s=%r is not a number of seconds >= 0; using %g", name, raw, default)
+        return default
+    return value
+
+
+def without_accelerator(facts: Facts) -> str:
+    """How a CPU-only fix's reason names its condition: known, or to be checked when the target is imported."""
+    return (
+        "no accelerator is present" if facts.accelerator_present is False else "if no accelerator is present"
+    )
 
 
 def replace_method(cls: type, name: str, replacement: Callable[..., Any]) -> None:

@@ -16,22 +16,25 @@ readers on the notification socket at every step, where a notification that is l
 proposed upstream for the same purpose, overrides the sleep; 0 restores the plain `sched_yield`.
 """
 
-import logging
-import math
 import os
 import time
 from collections.abc import Callable, Mapping
 from types import ModuleType
 
 from motor.engine.patches.facts import SHM_SPIN_ENVS, Facts
-from motor.engine.patches.registry import PATCHED_MARK, Decision, Patch, PatchTargetError
+from motor.engine.patches.registry import (
+    PATCHED_MARK,
+    Decision,
+    Patch,
+    PatchTargetError,
+    seconds_setting,
+    without_accelerator,
+)
 
 TARGET = "vllm.distributed.device_communicators.shm_broadcast"
 SLEEP_ENV = "VLLM_SHM_BROADCAST_BUSY_SLEEP_S"
 # Well below one decode step of any model (a few ms for a 1.3 M-parameter toy on CPU).
 DEFAULT_SLEEP_S = 0.0005
-
-log = logging.getLogger("motor.engine.patches")
 
 
 def decide(facts: Facts) -> Decision:
@@ -45,9 +48,7 @@ def decide(facts: Facts) -> Decision:
         )
     if facts.accelerator_present:
         return Decision(False, "an accelerator is present: a spinning reader core buys step latency there")
-    when = (
-        "no accelerator is present" if facts.accelerator_present is False else "if no accelerator is present"
-    )
+    when = without_accelerator(facts)
     return Decision(
         True,
         f"vLLM {facts.vllm_version}'s shared-memory queue readers (EngineCore, worker) spin with sched_yield for "
@@ -59,17 +60,7 @@ def decide(facts: Facts) -> Decision:
 
 def busy_sleep_seconds(environ: Mapping[str, str]) -> float:
     """The sleep per busy-wait poll: `VLLM_SHM_BROADCAST_BUSY_SLEEP_S` when it is a finite number >= 0."""
-    raw = environ.get(SLEEP_ENV)
-    if raw is None:
-        return DEFAULT_SLEEP_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        log.warning("%s=%r is not a number of seconds >= 0; using %g", SLEEP_ENV, raw, DEFAULT_SLEEP_S)
-        return DEFAULT_SLEEP_S
-    return value
+    return seconds_setting(environ, SLEEP_ENV, DEFAULT_SLEEP_S)
 
 
 def sleeping_poll(seconds: float) -> Callable[[], None]:
