@@ -13,10 +13,13 @@ from motor.engine.patches.facts import Facts, engine_idle_step_sleeps_fixed, gat
 from motor.engine.patches.registry import PATCHED_MARK, PatchTargetError
 
 # The shape of vLLM 0.32's EngineCoreProc._process_engine_step (written for the test, not copied).
-FIXED_SLEEP_SOURCE = """
+FIXED_SLEEP_SOURCE = '''
 class EngineCoreProc(EngineCore):
     def _process_engine_step(self) -> bool:
+        """Step once."""
         outputs, model_executed = self.step_fn()
+        for output in outputs.items() if outputs else ():
+            self.output_queue.put_nowait(output)
         self.post_step(model_executed)
         # a comment
         if not model_executed and self.scheduler.has_requests():
@@ -26,7 +29,7 @@ class EngineCoreProc(EngineCore):
 
     def _notify_idle_state_callbacks(self) -> None:
         pass
-"""
+'''
 
 
 @pytest.mark.parametrize(
@@ -35,6 +38,9 @@ class EngineCoreProc(EngineCore):
         (FIXED_SLEEP_SOURCE, True),
         (FIXED_SLEEP_SOURCE.replace("time.sleep(0.001)", "time.sleep(self.idle_wait)"), False),
         (FIXED_SLEEP_SOURCE.replace("time.sleep(0.001)", "self.wait_for_transfers()"), False),
+        # a statement the patch's step would not run
+        (FIXED_SLEEP_SOURCE.replace("        # a comment\n", "        self.publish_stats()\n"), False),
+        (FIXED_SLEEP_SOURCE.replace("self.post_step(model_executed)\n", ""), False),
         # the sleep belongs to another method: not the engine step's
         (
             FIXED_SLEEP_SOURCE.replace(

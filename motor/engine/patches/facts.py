@@ -20,10 +20,17 @@ SHM_READER_SPIN_DEFAULT = re.compile(r"busy_loop_s:\s*float\s*=\s*1(\.0*)?\s*[,)
 # Settings proposed upstream for the readers' busy loop: an installed vLLM that reads either needs no fix.
 SHM_SPIN_ENVS = ("VLLM_SHM_BROADCAST_BUSY_LOOP_S", "VLLM_SHM_BROADCAST_BUSY_SLEEP_S")
 ENGINE_CORE_FILE = "vllm/v1/engine/core.py"
-IDLE_STEP_FIXED_SLEEP = re.compile(
-    r"def _process_engine_step\(self\)[^\n]*\n(?:(?!\n    def ).)*?"
-    r"if not model_executed and self\.scheduler\.has_requests\(\):\s*\n\s*time\.sleep\(0\.001\)",
-    re.DOTALL,
+# The statements of vLLM 0.32's EngineCoreProc._process_engine_step (comments, docstring and blank lines aside):
+# the cpu-idle-step-backoff patch re-implements exactly these, with a growing wait in place of the 1 ms sleep.
+ENGINE_STEP_STATEMENTS = (
+    "def _process_engine_step(self) -> bool:",
+    "outputs, model_executed = self.step_fn()",
+    "for output in outputs.items() if outputs else ():",
+    "self.output_queue.put_nowait(output)",
+    "self.post_step(model_executed)",
+    "if not model_executed and self.scheduler.has_requests():",
+    "time.sleep(0.001)",
+    "return model_executed",
 )
 
 
@@ -113,8 +120,16 @@ def shm_reader_spins_one_second(source: str) -> bool:
 
 
 def engine_idle_step_sleeps_fixed(source: str) -> bool:
-    """Whether core.py's `_process_engine_step` sleeps a fixed 1 ms after a step that ran no model."""
-    return IDLE_STEP_FIXED_SLEEP.search(source) is not None
+    """Whether core.py's `_process_engine_step` is the one that sleeps a fixed 1 ms after a step that ran no
+    model, statement for statement."""
+    start = source.find("    def _process_engine_step(self)")
+    if start < 0:
+        return False
+    end = source.find("\n    def ", start + 1)
+    body = source[start : end if end >= 0 else len(source)]
+    body = re.sub(r'"""(?:.|\n)*?"""', "", body)  # the docstring
+    statements = [line.strip() for line in body.splitlines()]
+    return tuple(line for line in statements if line and not line.startswith("#")) == ENGINE_STEP_STATEMENTS
 
 
 def _source(distribution: importlib.metadata.Distribution, relative: str) -> str | None:

@@ -3,15 +3,16 @@
 When a step runs no model but requests remain (a decode engine's requests waiting for their KV, a prefill
 engine's finished requests whose KV the decode side has not pulled yet), `EngineCoreProc._process_engine_step`
 sleeps a fixed 1 ms and steps again: schedule, build the connectors' metadata, poll them. On a GPU server that
-is an otherwise idle core; on CPU engines each such step costs about as much as the sleep, so every engine with
-a transfer in flight takes half a core doing nothing — and the transfers it waits for run on Mooncake threads
-that need that core. On this 2-core machine three such engines kept the load at 15–18 and the transfer threads
-off the CPU for 0.5–10 s (docs/design/vllm-cpu-pd-stall.md).
+costs an otherwise idle core; on CPU engines it takes the cores the awaited transfers run on (Mooncake's
+threads). On this 2-core machine three engines doing it kept the load average at 10–15, and the receiving
+transfer threads waited for a core for half a second or more 47–129 times in a 300-request soak; with the wait
+below the prefill engines used 30–47 % less CPU for the same requests (docs/design/vllm-cpu-pd-stall.md).
 
-The fix keeps the condition and lets the wait grow: consecutive idle steps wait 1, 2, 4 … ms up to
-`DEFAULT_MAX_WAIT_S`, on the engine's input queue, so a new request or an abort ends the wait at once; a step
-that runs the model starts again at 1 ms. A transfer is then noticed at most that long after it finished.
-`MOTOR_IDLE_STEP_MAX_WAIT_S` overrides the longest wait; 0.001 or less restores vLLM's fixed 1 ms.
+The installed method must be vLLM 0.32's statement for statement (`Facts.engine_idle_step_sleeps_fixed`): the
+replacement runs the same statements with a growing wait in place of the fixed sleep. Consecutive idle steps
+wait 1, 2, 4 … ms up to `DEFAULT_MAX_WAIT_S`, on the engine's input queue, so a new request or an abort ends the
+wait at once; a step that runs the model starts again at 1 ms. A finished transfer is noticed at most that long
+after. `MOTOR_IDLE_STEP_MAX_WAIT_S` sets the longest wait; 0.001 or less keeps vLLM's fixed 1 ms.
 """
 
 import os
