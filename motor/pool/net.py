@@ -2,6 +2,14 @@
 
 import random
 import socket
+import time
+from collections import deque
+
+# Blocks free_port_block handed out in the last HOLD_S seconds in this process, oldest first: a port is free until
+# its server binds it, so a later pick could land on one another caller is about to bind (a test's trap listener
+# inside a job's plan, say).
+HOLD_S = 60.0
+_recent_blocks: deque[tuple[float, range]] = deque()
 
 
 def split_host_port(address: str) -> tuple[str, int]:
@@ -42,15 +50,23 @@ def free_local_ports(count: int) -> list[int]:
 
 def free_port_block(count: int) -> int:
     """The first of `count` consecutive ports on 127.0.0.1 that are free now, below Linux's ephemeral range
-    (32768+), where outgoing connections could take them before a server binds."""
+    (32768+), where outgoing connections could take them before a server binds, and outside the blocks this
+    process was handed in the last HOLD_S seconds."""
+    now = time.monotonic()
+    while _recent_blocks and _recent_blocks[0][0] <= now - HOLD_S:
+        _recent_blocks.popleft()
     for _ in range(200):
         base = random.randrange(20000, 32000 - count)
+        block = range(base, base + count)
+        if any(block.start < held.stop and held.start < block.stop for _, held in _recent_blocks):
+            continue
         sockets: list[socket.socket] = []
         try:
-            for port in range(base, base + count):
+            for port in block:
                 sock = socket.socket()
                 sockets.append(sock)
                 sock.bind(("127.0.0.1", port))
+            _recent_blocks.append((now, block))
             return base
         except OSError:
             continue
