@@ -16,8 +16,8 @@ end-to-end P50/P99/max, the longest gap between two output events of one stream,
 `--slow-seconds`, pool hits (requests with cached tokens, and the master's get hits), the load average during the
 run, and the CPU time each deployed process (per instance: API server, EngineCore, worker) and everything else on
 the machine used while the requests ran. `--dump-after S` records `ss`, every engine thread's state, gdb's
-stacks of every EngineCore thread (when gdb is installed) and `py-spy dump --native` of every engine process when a request has been in flight S seconds (once per request;
-py-spy must be installed) and keeps the dumps.
+stacks of every EngineCore thread (when gdb is installed) and `py-spy dump --native` of every engine process when
+a request has been in flight S seconds (once per request; py-spy must be installed) and keeps the dumps.
 
     .venv/bin/python benchmarks/soak_real_path.py [--requests 300] [--concurrency 4] [--hog 0]
         [--env KEY=VALUE ...] [--dump-after 0] [--keep DIR] [--plot benchmarks/out/soak_real_path.png]
