@@ -1,8 +1,6 @@
 """The cpu-idle-step-backoff patch: when it applies, how long idle steps wait, and the step it installs."""
 
 import queue
-import threading
-import time
 from types import ModuleType
 from typing import Any
 
@@ -77,16 +75,12 @@ def test_applies_only_on_cpu_engines_whose_vllm_sleeps_a_fixed_millisecond(
     assert not idle_step.decide(Facts(engine_idle_step_sleeps_fixed=True)).applies
 
 
-def test_idle_waits_double_up_to_the_longest_and_restart_after_a_model_step() -> None:
+def test_idle_waits_double_up_to_the_longest_and_restart_after_a_reset() -> None:
     backoff = idle_step.IdleBackoff(0.016)
-    waits = [backoff.after_step(False) for _ in range(7)]
-    assert waits == [0.001, 0.002, 0.004, 0.008, 0.016, 0.016, 0.016]
-    assert backoff.after_step(True) == 0.0
-    assert backoff.after_step(False) == 0.001
-    backoff.after_step(False)
+    assert [backoff.take() for _ in range(7)] == [0.001, 0.002, 0.004, 0.008, 0.016, 0.016, 0.016]
     backoff.reset()
-    assert backoff.after_step(False) == 0.001
-    assert idle_step.IdleBackoff(0.0).after_step(False) == 0.001  # never shorter than vLLM's own
+    assert backoff.take() == 0.001
+    assert idle_step.IdleBackoff(0.0).take() == 0.001  # never shorter than vLLM's own
 
 
 @pytest.mark.parametrize(
@@ -99,12 +93,31 @@ def test_the_longest_wait_from_the_environment(value: str | None, seconds: float
     assert idle_step.max_wait_seconds(environ) == seconds
 
 
+class ScriptedInputs:
+    """The engine's input queue: records each wait's timeout; a request arrives during the waits listed."""
+
+    def __init__(self, arrivals: dict[int, tuple[str, Any]]) -> None:
+        self.arrivals = arrivals
+        self.timeouts: list[float] = []
+
+    def get(self, timeout: float) -> tuple[str, Any]:
+        self.timeouts.append(timeout)
+        if len(self.timeouts) - 1 in self.arrivals:
+            return self.arrivals[len(self.timeouts) - 1]
+        raise queue.Empty
+
+
 class FakeEngine:
     """An EngineCoreProc reduced to what the step touches: each step runs the model or not, as scripted."""
 
-    def __init__(self, executed: list[bool], has_requests: bool = True) -> None:
+    def __init__(
+        self,
+        executed: list[bool],
+        has_requests: bool = True,
+        arrivals: dict[int, tuple[str, Any]] | None = None,
+    ) -> None:
         self.executed = executed
-        self.input_queue: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.input_queue = ScriptedInputs(arrivals or {})
         self.output_queue: queue.Queue[Any] = queue.Queue()
         self.scheduler = type("Scheduler", (), {"has_requests": lambda _self: has_requests})()
         self.handled: list[tuple[str, Any]] = []
@@ -120,35 +133,32 @@ class FakeEngine:
         self.handled.append((kind, request))
 
 
-def run_steps(engine: FakeEngine, longest: float, count: int) -> float:
+def run_steps(engine: FakeEngine, longest: float) -> list[bool]:
     step = idle_step.backing_off_step(longest)
-    started = time.monotonic()
-    for _ in range(count):
-        step(engine)
-    return time.monotonic() - started
+    return [step(engine) for _ in range(len(engine.executed))]
 
 
-def test_idle_steps_wait_longer_each_time_and_model_steps_do_not_wait() -> None:
+def test_idle_steps_wait_longer_each_time_on_the_input_queue() -> None:
     idle = FakeEngine([False] * 6)
-    assert run_steps(idle, 0.02, 6) >= 0.001 + 0.002 + 0.004 + 0.008 + 0.016 + 0.02
-    busy = FakeEngine([True] * 50)
-    assert run_steps(busy, 0.02, 50) < 0.05  # fifty steps, no waits
-    assert busy.output_queue.qsize() == 50
-    done = FakeEngine(
-        [False] * 50, has_requests=False
-    )  # nothing left: vLLM's loop blocks on the queue itself
-    assert run_steps(done, 0.02, 50) < 0.05
+    assert run_steps(idle, 0.02) == [False] * 6
+    assert idle.input_queue.timeouts == [0.001, 0.002, 0.004, 0.008, 0.016, 0.02]
 
 
-def test_a_request_ends_the_wait_at_once_and_is_handled() -> None:
-    engine = FakeEngine([False] * 8)
-    run_steps(engine, 5.0, 6)  # the next wait is several seconds long
-    threading.Timer(0.05, engine.input_queue.put, args=(("ADD", "req-1"),)).start()
-    assert run_steps(engine, 5.0, 1) < 1.0
+def test_model_steps_and_steps_with_nothing_left_do_not_wait() -> None:
+    busy = FakeEngine([True] * 5)
+    assert run_steps(busy, 0.02) == [True] * 5
+    assert busy.input_queue.timeouts == [] and busy.output_queue.qsize() == 5
+    done = FakeEngine([False] * 5, has_requests=False)  # vLLM's loop then blocks on the queue itself
+    run_steps(done, 0.02)
+    assert done.input_queue.timeouts == []
+
+
+def test_a_request_or_a_model_step_starts_the_waits_again_at_one_millisecond() -> None:
+    engine = FakeEngine([False, False, False, False, False, True, False], arrivals={2: ("ADD", "req-1")})
+    run_steps(engine, 0.02)
     assert engine.handled == [("ADD", "req-1")]
-    started = time.monotonic()
-    idle_step.backing_off_step(5.0)(engine)
-    assert time.monotonic() - started < 0.5  # the wait starts again at 1 ms
+    # 1, 2 ms; the 4 ms wait ended by the request; 1, 2 ms; a model step (no wait); 1 ms
+    assert engine.input_queue.timeouts == [0.001, 0.002, 0.004, 0.001, 0.002, 0.001]
 
 
 def stand_in_core() -> ModuleType:

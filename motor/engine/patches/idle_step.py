@@ -17,7 +17,6 @@ after. `MOTOR_IDLE_STEP_MAX_WAIT_S` sets the longest wait; 0.001 or less keeps v
 
 import os
 import queue
-import time
 from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
@@ -67,17 +66,14 @@ def max_wait_seconds(environ: Mapping[str, str]) -> float:
 
 
 class IdleBackoff:
-    """The wait after each step that ran no model: doubling from 1 ms up to `longest`, back to 1 ms after a step
-    that ran it."""
+    """The wait after each step that ran no model: doubling from 1 ms up to `longest`; back to 1 ms after a step
+    that ran it, or a request that ended the wait."""
 
     def __init__(self, longest: float) -> None:
         self.longest = max(longest, FIRST_WAIT_S)
         self.next_wait = FIRST_WAIT_S
 
-    def after_step(self, model_executed: bool) -> float:
-        if model_executed:
-            self.next_wait = FIRST_WAIT_S
-            return 0.0
+    def take(self) -> float:
         wait = self.next_wait
         self.next_wait = min(wait * 2, self.longest)
         return wait
@@ -88,12 +84,8 @@ class IdleBackoff:
 
 def wait_for_input(engine: Any, seconds: float) -> bool:
     """Wait up to `seconds` for the engine's next client request and handle it; True when one came."""
-    inputs: queue.Queue[Any] | None = getattr(engine, "input_queue", None)
-    if inputs is None:
-        time.sleep(seconds)
-        return False
     try:
-        request = inputs.get(timeout=seconds)
+        request = engine.input_queue.get(timeout=seconds)
     except queue.Empty:
         return False
     engine._handle_client_request(*request)
@@ -109,9 +101,7 @@ def backing_off_step(longest: float) -> Callable[[Any], bool]:
         backoff = self.__dict__.get("_motor_idle_backoff")
         if backoff is None:
             backoff = self.__dict__["_motor_idle_backoff"] = IdleBackoff(longest)
-        if model_executed or not self.scheduler.has_requests():
-            backoff.after_step(True)
-        elif wait_for_input(self, backoff.after_step(False)):
+        if model_executed or not self.scheduler.has_requests() or wait_for_input(self, backoff.take()):
             backoff.reset()
         return model_executed
 
