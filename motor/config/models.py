@@ -343,6 +343,11 @@ class RequestLimitConfig(Section):
         description="motor's own key: seconds a client has to send a request head (request line and headers) "
         "once its first byte arrived (→ 408 and the connection is closed)",
     )
+    max_head_bytes: Annotated[int, Strict(), Field(ge=1024, le=1 << 20)] = Field(
+        default=64 << 10,
+        description="motor's own key: bytes a request head (request line and headers) may hold "
+        "(→ 431 and the connection is closed)",
+    )
     max_connections: Annotated[int, Strict(), Field(ge=1)] = Field(
         default=8192,
         description="motor's own key: open client connections per inference worker; requests on connections "

@@ -459,7 +459,7 @@ _warned(
 _implemented(f"{_K}.request_limit", "max_requests", "cap on concurrent requests in the coordinator")
 _implemented(
     f"{_K}.request_limit",
-    "max_body_bytes body_read_timeout head_read_timeout max_connections",
+    "max_body_bytes body_read_timeout head_read_timeout max_head_bytes max_connections",
     "motor's own keys",
 )
 _implemented(_K, "input_config", "motor's own section: what a client's request may contain")

@@ -14,11 +14,20 @@ the connection stops reading until it is its turn). Request bodies are buffered 
 before reading pauses until the app takes them; responses wait for the transport to drain when the client
 reads slower than they are sent. A client that goes away turns a pending or later `receive()` into
 `http.disconnect`. Deadlines (idle keep-alive, the request head) are enforced by the server's sweeper
-(`motor.coordinator.server`) from `idle_since` and `head_since`.
+(`motor.coordinator.server`) from `idle_since` and `head_since`; the head's clock starts with its first byte,
+stray CRLFs before a request line included. A head beyond the server's `max_head_bytes` is answered 431.
+
+A response that completes before its request body was read whole closes the connection (the client may never
+send the rest: RFC 9110 §10.1.1); so do the server's own refusals (400, 408, 431). Such a connection stops
+writing and keeps reading, dropping what arrives, for up to LINGER_SECONDS before it closes, so that the
+client's kernel does not discard the answer on a reset. Response heads are checked before they are written
+(header names are tokens, values hold no CR, LF or NUL; the server owns the framing) and a body never goes
+beyond, nor stops short of, its content-length.
 """
 
 import asyncio
 import logging
+import re
 import urllib.parse
 from collections import deque
 from collections.abc import Callable
@@ -36,6 +45,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BODY_PAUSE_BYTES = 1 << 16
+LINGER_SECONDS = 2.0
+# The bytes one header line adds beyond its name and value: ": " and CRLF.
+HEADER_LINE_OVERHEAD = 4
 STATUS_LINES = {
     status: b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode())
     for status in range(100, 600)
@@ -44,6 +56,24 @@ STATUS_LINES = {
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 DISCONNECT: Message = {"type": "http.disconnect"}
 INTERNAL_ERROR = HttpError(500, "the coordinator failed to answer this request", type_="internal_error")
+MALFORMED = bad_request("malformed HTTP request", code="bad_http_request")
+HEADER_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+HEADER_VALUE_FORBIDDEN = re.compile(rb"[\r\n\0]")
+# Framing is the server's: an app that sets these would corrupt it.
+SERVER_OWNED_HEADERS = frozenset((b"transfer-encoding",))
+
+
+class ResponseError(Exception):
+    """The app's response cannot be sent as it is: a bad header, or a body that does not match its length."""
+
+
+def head_too_large(limit: int) -> HttpError:
+    return HttpError(
+        431,
+        f"the request head exceeds {limit} bytes (motor_coordinator_config.request_limit.max_head_bytes)",
+        type_="invalid_request_error",
+        code="request_header_fields_too_large",
+    )
 
 
 def status_line(status: int) -> bytes:
@@ -69,6 +99,7 @@ class Exchange:
         "response_complete",
         "scope",
         "started",
+        "unsent",
         "waiter",
     )
 
@@ -89,6 +120,7 @@ class Exchange:
         self.head: bytes | None = None
         self.chunked = False
         self.bodyless = False
+        self.unsent = -1  # bytes of the declared content-length not written yet; -1: no length declared
         self.response_complete = False
 
     def complete_body(self) -> bytes | None:
@@ -160,6 +192,17 @@ class Exchange:
                 body = b"%x\r\n%b\r\n" % (len(body), body)
             if not more_body:
                 body += b"0\r\n\r\n"
+        elif self.unsent >= 0:
+            self.unsent -= len(body)
+            if self.unsent < 0:
+                raise ResponseError("the response body exceeds its content-length")
+            if not more_body and self.unsent:
+                log.error(
+                    "the response to %s ended %d bytes short of its content-length",
+                    self.scope["path"],
+                    self.unsent,
+                )
+                self.keep_alive = False
         head = self.head
         if head is not None:
             self.head = None
@@ -174,21 +217,33 @@ class Exchange:
             connection.response_done(self)
 
     def _start(self, message: Message) -> None:
-        self.started = True
         status = message["status"]
         parts = [status_line(status)]
-        sized = connection = False
+        length = -1
+        connection = False
         for name, value in message.get("headers", ()):
+            if not HEADER_NAME.fullmatch(name) or HEADER_VALUE_FORBIDDEN.search(value):
+                raise ResponseError(f"invalid response header {name[:64]!r}")
             if name == b"content-length":
-                sized = True
+                if length >= 0 or not value.isdigit():
+                    raise ResponseError(f"invalid or repeated content-length {value[:64]!r}")
+                length = int(value)
             elif name == b"connection":
                 connection = True
                 if b"close" in value.lower():
                     self.keep_alive = False
+            elif name in SERVER_OWNED_HEADERS:
+                raise ResponseError(f"the server sets {name.decode()}, not the app")
             parts.append(b"%b: %b\r\n" % (name, value))
+        self.started = True
+        if self.more_body:
+            self.keep_alive = False  # an early answer: the rest of the body may never come
         if not self.keep_alive and not connection:
             parts.append(b"connection: close\r\n")
         self.bodyless = self.scope["method"] == "HEAD" or status in (204, 304)
+        sized = length >= 0
+        if sized and not self.bodyless:
+            self.unsent = length
         if not sized and not self.bodyless and self.scope["http_version"] == "1.1":
             self.chunked = True
             parts.append(b"transfer-encoding: chunked\r\n")
@@ -220,12 +275,20 @@ class HttpConnection(asyncio.Protocol):
         # The exchange being answered, the one being parsed, and those parsed while another was answered.
         self.current: Exchange | None = None
         self.parsing: Exchange | None = None
-        self.waiting: deque[Exchange | None] = deque()  # None: a malformed request, answered 400 in its turn
+        # An HttpError: a request the server refuses itself (400, 431), answered in its turn.
+        self.waiting: deque[Exchange | HttpError] = deque()
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._expect_continue = False
         self.idle_since = 0.0  # >0: no request in progress since then (the keep-alive deadline runs)
         self.head_since = 0.0  # >0: a request head began arriving then and is not complete
+        self.max_head_bytes = server.max_head_bytes
+        # Two lower bounds of the head's size: its parts that reached the callbacks, and the reads that were
+        # head from end to end (the head was in progress before them and still is after them).
+        self._head_parts = 0
+        self._head_reads = 0
+        self._refusal: HttpError | None = None  # why a callback stopped the parser
+        self._linger: asyncio.TimerHandle | None = None
 
     # ---- asyncio.Protocol ----------------------------------------------------------------------------------
 
@@ -240,6 +303,9 @@ class HttpConnection(asyncio.Protocol):
         if self._broken:
             return
         self.idle_since = 0.0
+        within_head = self.head_since > 0.0
+        if not within_head and self.parsing is None:
+            self._head_begins()  # between requests every byte is part of the next head, CRLFs included
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -247,12 +313,20 @@ class HttpConnection(asyncio.Protocol):
             self.stop_parsing()
             if self.current is None:
                 self.close()
+            return
         except Exception as exc:  # anything the parser or a callback raises means a bad request
-            log.debug("malformed request from %s: %r", self.client, exc)
-            self._malformed()
+            log.debug("refused request from %s: %r", self.client, exc)
+            self._refuse(self._refusal or MALFORMED)
+            return
+        if within_head and self.head_since > 0.0:
+            self._head_reads += len(data)
+            if self._head_reads > self.max_head_bytes:
+                self._refuse(head_too_large(self.max_head_bytes))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        if self._linger is not None:
+            self._linger.cancel()
         self.server.connections.discard(self)
         for exchange in (self.current, self.parsing):
             if exchange is not None and not exchange.response_complete and not exchange.disconnected:
@@ -270,16 +344,30 @@ class HttpConnection(asyncio.Protocol):
 
     # ---- httptools callbacks -------------------------------------------------------------------------------
 
+    def _head_begins(self) -> None:
+        self.head_since = self.loop.time()
+        self._head_parts = 0
+        self._head_reads = 0
+
+    def _count_head(self, size: int) -> None:
+        self._head_parts += size
+        if self._head_parts > self.max_head_bytes:
+            self._refusal = head_too_large(self.max_head_bytes)
+            raise ValueError(self._refusal.message)
+
     def on_message_begin(self) -> None:
         self._url = b""
         self._headers = []
         self._expect_continue = False
-        self.head_since = self.loop.time()
+        if not self.head_since:
+            self._head_begins()
 
     def on_url(self, url: bytes) -> None:
+        self._count_head(len(url))
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_head(len(name) + len(value) + HEADER_LINE_OVERHEAD)
         name = name.lower()
         if name == b"expect" and value.lower() == b"100-continue":
             self._expect_continue = True
@@ -374,12 +462,15 @@ class HttpConnection(asyncio.Protocol):
         """The response to `exchange` has been written: close, or go on with the next request."""
         self.current = None
         if not exchange.keep_alive or self.closing or self.server.shutting_down:
-            self.close()
+            if exchange.more_body:
+                self.close_unread()
+            else:
+                self.close()
             return
         if self.waiting:
             following = self.waiting.popleft()
-            if following is None:
-                self._answer_malformed()
+            if isinstance(following, HttpError):
+                self.answer_and_close(following)
                 return
             self._begin(following)
         else:
@@ -417,9 +508,10 @@ class HttpConnection(asyncio.Protocol):
         if self.current is not None:
             self.current.keep_alive = False
 
-    def _malformed(self) -> None:
-        """Answer 400 and close, after the response in progress if there is one. A request whose body is
-        malformed ends there: its app sees the client disconnect."""
+    def _refuse(self, error: HttpError) -> None:
+        """Answer `error` (400 for a malformed request, 431 for a head too large) and close, after the response
+        in progress if there is one. A request whose body is malformed ends there: its app sees the client
+        disconnect."""
         self._broken = True
         self._pause_reading()
         self.head_since = 0.0
@@ -428,14 +520,11 @@ class HttpConnection(asyncio.Protocol):
         if parsing is not None and parsing is not current:
             self.waiting.remove(parsing)
         if current is None or (parsing is current and not current.started):
-            self._answer_malformed()
+            self.answer_and_close(error)
         elif parsing is current:
             self.close()
         else:
-            self.waiting.append(None)
-
-    def _answer_malformed(self) -> None:
-        self.answer_and_close(bad_request("malformed HTTP request", code="bad_http_request"))
+            self.waiting.append(error)
 
     def answer_and_close(self, error: HttpError) -> None:
         """Answer `error` (no request in progress) and close the connection."""
@@ -446,12 +535,25 @@ class HttpConnection(asyncio.Protocol):
             b"%bcontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%b"
             % (status_line(error.status), len(body), body)
         )
-        self.close()
+        self.close_unread()
 
     def close(self) -> None:
         if not self.closing:
             self.closing = True
             self.transport.close()
+
+    def close_unread(self) -> None:
+        """Close a connection whose client may still be sending: stop writing, then drop what arrives for up
+        to LINGER_SECONDS (or until the client closes), so a reset does not discard the answer just sent."""
+        if self.closing:
+            return
+        self.closing = True
+        self._broken = True
+        transport = self.transport
+        if transport.can_write_eof():
+            transport.write_eof()
+        transport.resume_reading()
+        self._linger = self.loop.call_later(LINGER_SECONDS, transport.close)
 
     @property
     def busy(self) -> bool:

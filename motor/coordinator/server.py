@@ -1,7 +1,8 @@
 """The coordinator's HTTP/1.1 servers: raw ASGI apps on asyncio protocols + httptools, on sockets we bind.
 
 A server holds its open connections (the inference app caps them), closes those idle beyond the keep-alive
-timeout and those whose request head has not arrived within `head_timeout` of its first byte, and on shutdown
+timeout and those whose request head has not arrived within `head_timeout` of its first byte (answering 408),
+refuses request heads beyond `max_head_bytes` (431, in http_protocol.py), and on shutdown
 stops accepting, closes idle connections, lets requests in progress finish for up to
 GRACEFUL_SHUTDOWN_SECONDS, then cancels what is left.
 """
@@ -31,12 +32,14 @@ class HttpServer:
         *,
         keep_alive_timeout: float,
         head_timeout: float,
+        max_head_bytes: int = 64 << 10,
         tls: TlsFiles | None = None,
     ) -> None:
         """`tls`: serve HTTPS with these files (client certificates required when they name a CA)."""
         self.app = app
         self.keep_alive_timeout = keep_alive_timeout
         self.head_timeout = head_timeout
+        self.max_head_bytes = max_head_bytes
         self.ssl = server_context(tls) if tls is not None else None
         self.scheme = "https" if self.ssl is not None else "http"
         self.connections: set[HttpConnection] = set()
@@ -104,6 +107,7 @@ def coordinator_server(app: Any, config: CoordinatorConfig, *, tls: TlsFiles | N
         app,
         keep_alive_timeout=config.timeout_config.keep_alive_timeout,
         head_timeout=config.request_limit.head_read_timeout,
+        max_head_bytes=config.request_limit.max_head_bytes,
         tls=tls,
     )
 

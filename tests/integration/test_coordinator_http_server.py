@@ -1,7 +1,8 @@
 """The coordinator's HTTP/1.1 server (motor/coordinator/server.py, http_protocol.py) on a real socket, with small
 ASGI apps that record what they see: pipelining, disconnects (http.disconnect and the on-disconnect callback),
-keep-alive expiry, malformed and slow heads, write backpressure, request-body flow control,
-Expect: 100-continue, TLS with client certificates, graceful shutdown."""
+keep-alive expiry, malformed, slow and oversized heads, write backpressure, request-body flow control, early
+answers, Expect: 100-continue, response heads and lengths the app gets wrong, TLS with client certificates,
+graceful shutdown. The attacks on a live coordinator are in tests/security/test_coordinator_edge.py."""
 
 import asyncio
 import json
@@ -28,11 +29,18 @@ async def echo(scope: Scope, receive: Receive, send: Send) -> None:
 
 @asynccontextmanager
 async def running(
-    app: App, *, keep_alive: float = 30.0, head_timeout: float = 10.0, tls: TlsFiles | None = None
+    app: App,
+    *,
+    keep_alive: float = 30.0,
+    head_timeout: float = 10.0,
+    max_head_bytes: int = 64 << 10,
+    tls: TlsFiles | None = None,
 ) -> AsyncIterator[tuple[HttpServer, int]]:
     sock = listen_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    server = HttpServer(app, keep_alive_timeout=keep_alive, head_timeout=head_timeout, tls=tls)
+    server = HttpServer(
+        app, keep_alive_timeout=keep_alive, head_timeout=head_timeout, max_head_bytes=max_head_bytes, tls=tls
+    )
     stop = asyncio.Event()
     serving = asyncio.create_task(serve([(server, sock)], stop))
     while not server.started:
@@ -52,6 +60,13 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[bytes, dict[bytes
     headers = {name.lower(): value for name, _, value in (line.partition(b": ") for line in lines)}
     body = await asyncio.wait_for(reader.readexactly(int(headers[b"content-length"])), 10)
     return status, headers, body
+
+
+async def wait_until(condition: Callable[[], bool], within: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "the condition did not hold in time"
+        await asyncio.sleep(0.02)
 
 
 async def closed(reader: asyncio.StreamReader, within: float = 10.0) -> bytes:
@@ -156,6 +171,120 @@ async def test_a_slow_request_head_is_cut_off_with_408() -> None:
         assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"] == "request_timeout"
 
 
+async def test_stray_crlfs_start_the_head_clock() -> None:
+    """Bytes that never begin a request line (llhttp skips CRLFs before one) still count as a head arriving."""
+    async with running(echo, keep_alive=60, head_timeout=0.5) as (server, port):
+        once_reader, once_writer = await asyncio.open_connection("127.0.0.1", port)
+        once_writer.write(b"\r\n")
+        dribble_reader, dribble_writer = await asyncio.open_connection("127.0.0.1", port)
+
+        async def dribble() -> None:
+            while not dribble_reader.at_eof():
+                dribble_writer.write(b"\r\n")
+                await asyncio.sleep(0.05)
+
+        dribbling = asyncio.create_task(dribble())
+        for reader in (once_reader, dribble_reader):
+            answer = await closed(reader, within=5)
+            assert answer.startswith(b"HTTP/1.1 408 "), answer
+        dribbling.cancel()
+        for writer in (once_writer, dribble_writer):
+            writer.close()
+        await wait_until(lambda: not server.connections)
+
+
+def _oversized_heads(size: int) -> dict[str, bytes]:
+    return {
+        "a long URL": b"GET /" + b"a" * size + b" HTTP/1.1\r\n\r\n",
+        "many headers": b"GET / HTTP/1.1\r\n" + b"x-filler: 0123456789abcdef\r\n" * (size // 28) + b"\r\n",
+        "one huge header": b"GET / HTTP/1.1\r\nx-huge: " + b"v" * size + b"\r\n\r\n",
+        "a huge header that never ends": b"GET / HTTP/1.1\r\nx-huge: " + b"v" * size,
+    }
+
+
+@pytest.mark.parametrize("shape", sorted(_oversized_heads(1)))
+async def test_a_head_beyond_the_limit_gets_431_and_the_connection_closes(shape: str) -> None:
+    async with running(echo, max_head_bytes=16 << 10) as (server, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_oversized_heads(2 << 20)[shape])
+        answer = await closed(reader)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 431 "), answer[:200]
+        assert b"connection: close" in head
+        assert json.loads(body)["error"]["code"] == "request_header_fields_too_large"
+        writer.close()
+        await wait_until(lambda: not server.connections)
+
+
+async def test_a_head_just_within_the_limit_is_served() -> None:
+    headers = b"x-filler: 0123456789abcdef\r\n" * 500  # 14,000 bytes
+    async with running(echo, max_head_bytes=16 << 10) as (_, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /" + b"p" * 1000 + b" HTTP/1.1\r\n" + headers + b"\r\n")
+        assert (await read_response(reader))[0] == b"HTTP/1.1 200 OK"
+
+
+async def test_an_early_answer_to_expect_100_continue_closes_the_connection() -> None:
+    async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
+        await send_bytes(send, 401, b'{"error": "no key"}')
+
+    async with running(refuse) as (server, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/completions HTTP/1.1\r\nexpect: 100-continue\r\ncontent-length: 5000\r\n\r\n")
+        answer = await closed(reader)
+        assert answer.startswith(b"HTTP/1.1 401 "), "no 100 Continue before an answer that needs no body"
+        assert b"connection: close" in answer.partition(b"\r\n\r\n")[0]
+        writer.close()
+        await wait_until(lambda: not server.connections)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [(b"x-note", b"ok\r\nx-injected: 1")],
+        [(b"x-note", b"ok\nx-injected: 1")],
+        [(b"x-note", b"nul\x00")],
+        [(b"x note", b"space in the name")],
+        [(b"x-injected:\r\n", b"1")],
+        [(b"content-length", b"2"), (b"content-length", b"2")],
+        [(b"content-length", b"-2")],
+        [(b"transfer-encoding", b"chunked")],
+    ],
+)
+async def test_a_response_head_the_app_gets_wrong_is_a_500_never_written(
+    headers: list[tuple[bytes, bytes]],
+) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async with running(app) as (_, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\n\r\n")
+        status, response_headers, _ = await read_response(reader)
+        assert status == b"HTTP/1.1 500 Internal Server Error"
+        assert b"x-injected" not in response_headers and b"x-note" not in response_headers
+        assert await closed(reader) == b""
+
+
+@pytest.mark.parametrize(
+    ("sent", "received"),
+    [(b"12345", b""), (b"1", b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\n1")],
+    ids=["longer: nothing is written", "shorter: what was sent, then the end"],
+)
+async def test_a_body_that_does_not_match_its_content_length_ends_the_connection(
+    sent: bytes, received: bytes
+) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"3")]})
+        await send({"type": "http.response.body", "body": sent})
+
+    async with running(app) as (_, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\n\r\nGET /second HTTP/1.1\r\n\r\n")
+        assert await closed(reader) == received, "the pipelined request is not answered on a broken framing"
+
+
 async def test_a_client_that_does_not_read_holds_the_sender_back() -> None:
     """A stream to a client that stops reading: sends wait on the transport instead of buffering."""
     chunk = b"x" * (1 << 20)
@@ -212,16 +341,24 @@ async def test_a_large_body_is_read_as_the_app_takes_it() -> None:
         assert len(pieces) > 1
 
 
-async def test_a_body_the_app_does_not_read_is_dropped_and_the_next_request_served() -> None:
+async def test_an_answer_before_the_body_was_read_closes_the_connection_and_arrives_whole() -> None:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await send_bytes(send, 404 if scope["method"] == "POST" else 200, scope["method"].encode())
 
     size = 4 << 20
-    async with running(app) as (_, port):
+    async with running(app) as (server, port):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"POST /nowhere HTTP/1.1\r\ncontent-length: %d\r\n\r\n" % size)
         writer.write(b"z" * size + b"GET /next HTTP/1.1\r\n\r\n")
-        assert (await read_response(reader))[0] == b"HTTP/1.1 404 Not Found"
+        status, headers, body = await read_response(reader)
+        assert (status, headers[b"connection"], body) == (b"HTTP/1.1 404 Not Found", b"close", b"POST")
+        assert await closed(reader) == b"", (
+            "the pipelined request behind the unread body must not be answered"
+        )
+        writer.close()
+        await wait_until(lambda: not server.connections)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /next HTTP/1.1\r\n\r\n")
         assert (await read_response(reader))[2] == b"GET"
 
 
