@@ -7,7 +7,7 @@ from motor.config.errors import ConfigError, ConfigIssue
 from motor.config.ports import InstancePorts
 from motor.config.tls import node_manager_key
 from motor.config.topology import Role
-from motor.deploy.engine_command import LaunchError, engine_spec, served_model_name
+from motor.deploy.engines import EngineLaunchRequest, LaunchError, engine_spec, served_model_name
 from motor.deploy.plan.context import PlanContext, tls_files
 from motor.deploy.plan.credentials import INSTANCE_CREDENTIALS_SECRET
 from motor.deploy.plan.model import Component, SecretEnv, probes
@@ -57,20 +57,19 @@ def _node_manager(context: PlanContext, ports: InstancePorts) -> Component:
         bootstrap_port, ordinal = None, 0
     run_dir = context.component_run_dir(ports.name)
     tls = tls_files(context.topology.tls.mgmt_of(node_manager_key(role_spec.role)))
-    engine = _without_secret_values(
-        engine_spec(
-            role_spec,
-            instance_id=ports.name,
-            host=context.spec_host,
-            port=engine_port,
-            status_port=status_port,
-            store_config=context.store_config,
-            run_dir=run_dir,
-            python=context.python,
-            bootstrap_port=bootstrap_port,
-            store_lookup_ordinal=ordinal,
-        )
+    request = EngineLaunchRequest(
+        role_spec,
+        instance_id=ports.name,
+        host=context.spec_host,
+        port=engine_port,
+        status_port=status_port,
+        run_dir=run_dir,
+        store_config=context.store_config,
+        python=context.python,
+        bootstrap_port=bootstrap_port,
+        store_lookup_ordinal=ordinal,
     )
+    engine = _without_secret_values(engine_spec(request))
     credential = SecretRef(env=instance_credential_env(ports.name))
     instance_secret = (
         (SecretEnv(credential.env, INSTANCE_CREDENTIALS_SECRET, ports.name),) if context.kubernetes else ()
