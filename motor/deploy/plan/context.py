@@ -32,6 +32,8 @@ from motor.protocol.specs import HOST_PLACEHOLDER, SecretRef, TlsFiles, spec_fil
 
 @dataclass(frozen=True)
 class PlanContext:
+    """Read by every compiler, changed by none."""
+
     topology: Topology
     target: Target
     job_id: str

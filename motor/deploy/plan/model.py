@@ -65,9 +65,8 @@ class Component:
     ordinal: int | None = None
     # Kubernetes: variables taken from Secrets (their values are never in `env`); locally secrets stay in `env`.
     secret_env: tuple[SecretEnv, ...] = ()
-    standby_for: str | None = (
-        None  # locally, the second process of a standby pair: the component it stands by
-    )
+    # locally, the second process of a standby pair: the component it stands by
+    standby_for: str | None = None
 
     def probe(self, kind: ProbeKind) -> Probe:
         return next(probe for probe in self.probes if probe.kind == kind)

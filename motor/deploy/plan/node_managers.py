@@ -29,19 +29,20 @@ def compile_node_managers(context: PlanContext) -> Fleet:
     role_ports: dict[Role, RolePorts] = {}
     for ports in context.instances:
         try:
-            component = _node_manager(context, ports)
+            component, engine = _node_manager(context, ports)
         except LaunchError as exc:
             problems.setdefault(str(exc), ConfigIssue(exc.path, exc.message))
             continue
         components.append(component)
         if ports.role not in role_ports:  # the role's first instance
-            role_ports[ports.role] = _role_ports(context, ports, component)  # type: ignore[index]
+            role_ports[ports.role] = _role_ports(context, ports, engine)  # type: ignore[index]
     if problems:
         raise ConfigError(list(problems.values()))
     return Fleet(tuple(components), role_ports)
 
 
-def _node_manager(context: PlanContext, ports: InstancePorts) -> Component:
+def _node_manager(context: PlanContext, ports: InstancePorts) -> tuple[Component, EngineSpec]:
+    """The instance's node manager and the engine it runs."""
     role_spec = context.topology.roles[ports.role]  # type: ignore[index]
     if context.shared_pod:
         nm_port, engine_port, status_port = (
@@ -74,7 +75,7 @@ def _node_manager(context: PlanContext, ports: InstancePorts) -> Component:
     instance_secret = (
         (SecretEnv(credential.env, INSTANCE_CREDENTIALS_SECRET, ports.name),) if context.kubernetes else ()
     )
-    return Component(
+    component = Component(
         name=ports.name,
         kind="node_manager",
         argv=context.motor_argv(ports.name, "node_manager"),
@@ -100,6 +101,7 @@ def _node_manager(context: PlanContext, ports: InstancePorts) -> Component:
             mgmt_tls=tls,
         ),
     )
+    return component, engine
 
 
 def _without_secret_values(engine: EngineSpec) -> EngineSpec:
@@ -117,12 +119,11 @@ def _without_secret_values(engine: EngineSpec) -> EngineSpec:
     )
 
 
-def _role_ports(context: PlanContext, ports: InstancePorts, component: Component) -> RolePorts:
-    """The role's configured ports; its bootstrap port is the first instance's (instance i serves on the
-    role's bootstrap port + i on a shared host)."""
+def _role_ports(context: PlanContext, ports: InstancePorts, engine: EngineSpec) -> RolePorts:
+    """The role's configured ports, from its first instance; on a shared host instance i serves on the role's
+    bootstrap port + i."""
     role_spec = context.topology.roles[ports.role]  # type: ignore[index]
-    assert isinstance(component.spec, NodeManagerSpec)
-    bootstrap = component.spec.engine.bootstrap_port
+    bootstrap = engine.bootstrap_port
     if bootstrap is not None and context.shared_pod:
         bootstrap -= ports.index
     return RolePorts(
