@@ -24,7 +24,7 @@ import pytest
 from motor.config import load_documents
 from motor.config.models import NodeManagerConfig
 from motor.config.topology import RoleSpec
-from motor.deploy.engine_command import engine_spec
+from motor.deploy.engines import EngineLaunchRequest, engine_spec
 from motor.pool.net import free_local_ports
 from motor.protocol.specs import EngineSpec
 from tests.fixtures.pool import RunningPool
@@ -195,14 +195,16 @@ def test_engine_server_status_and_greedy_determinism(
         node_manager=NodeManagerConfig(),
     )
     launch = engine_spec(
-        spec,
-        instance_id="union-0",
-        host="127.0.0.1",
-        port=port,
-        status_port=status_port,
-        store_config=None,
-        run_dir=str(tmp_path),
-        python=sys.executable,
+        EngineLaunchRequest(
+            spec,
+            instance_id="union-0",
+            host="127.0.0.1",
+            port=port,
+            status_port=status_port,
+            store_config=None,
+            run_dir=str(tmp_path),
+            python=sys.executable,
+        )
     )
     engine = Engine(launch, tmp_path / "engine.log", port, status_port)
     engines.append(engine)
@@ -263,14 +265,16 @@ def test_pd_decode_equals_aggregated_with_kv_from_transfer(
     launches = {}
     for role, port, status_port in (("prefill", p_port, p_status), ("decode", d_port, d_status)):
         launch = engine_spec(
-            topology.roles[role],
-            instance_id=f"{role}-0",
-            host="127.0.0.1",
-            port=port,
-            status_port=status_port,
-            store_config=mooncake_master.store_config,
-            run_dir=str(tmp_path),
-            python=sys.executable,
+            EngineLaunchRequest(
+                topology.roles[role],
+                instance_id=f"{role}-0",
+                host="127.0.0.1",
+                port=port,
+                status_port=status_port,
+                store_config=mooncake_master.store_config,
+                run_dir=str(tmp_path),
+                python=sys.executable,
+            )
         )
         launches[role] = launch
         engines.append(Engine(launch, tmp_path / f"{role}.log", port, status_port))

@@ -9,7 +9,8 @@ import pytest
 from motor.config import load_documents
 from motor.config.models import NodeManagerConfig
 from motor.config.topology import RoleSpec
-from motor.deploy.engine_command import (
+from motor.deploy.engines import (
+    EngineLaunchRequest,
     LaunchError,
     engine_spec,
     option_flags,
@@ -58,14 +59,16 @@ def launch_on_localhost(
     **kwargs: Any,
 ) -> EngineSpec:
     return engine_spec(
-        spec,
-        instance_id=instance_id,
-        host="127.0.0.1",
-        port=port,
-        status_port=status_port,
-        store_config=store_config,
-        run_dir=str(run_dir),
-        **kwargs,
+        EngineLaunchRequest(
+            spec,
+            instance_id=instance_id,
+            host="127.0.0.1",
+            port=port,
+            status_port=status_port,
+            store_config=store_config,
+            run_dir=str(run_dir),
+            **kwargs,
+        )
     )
 
 

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from motor.config import load_config
-from motor.deploy.engine_command import engine_spec
+from motor.deploy.engines import EngineLaunchRequest, engine_spec
 from motor.kv.connectors import DispatchProfile
 from motor.kv.pool import engine_store_config
 
@@ -21,13 +21,15 @@ def test_example_local_validates_and_launches(tmp_path: Path) -> None:
 
     launches = {
         role: engine_spec(
-            topology.roles[role],
-            instance_id=f"{role}-0",
-            host="127.0.0.1",
-            port=10000 + 2 * k,
-            status_port=10001 + 2 * k,
-            store_config=store,
-            run_dir=str(tmp_path),
+            EngineLaunchRequest(
+                topology.roles[role],
+                instance_id=f"{role}-0",
+                host="127.0.0.1",
+                port=10000 + 2 * k,
+                status_port=10001 + 2 * k,
+                store_config=store,
+                run_dir=str(tmp_path),
+            )
         )
         for k, role in enumerate(("prefill", "decode"))
     }

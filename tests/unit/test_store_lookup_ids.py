@@ -8,7 +8,7 @@ import pytest
 
 from motor.config import ConfigError, load_config, load_documents
 from motor.config.ports import instance_ports
-from motor.deploy.engine_command import engine_spec
+from motor.deploy.engines import EngineLaunchRequest, engine_spec
 from motor.kv.store_ids import store_lookup_ids, with_store_lookup_ids
 from tests.unit.config_cases import seed, sub
 
@@ -110,15 +110,17 @@ def test_local_example_engines_get_distinct_ids(tmp_path: Path) -> None:
     ids = {}
     for ports in instance_ports(topology.roles):
         launch = engine_spec(
-            topology.roles[ports.role],  # type: ignore[index]
-            instance_id=ports.name,
-            host="127.0.0.1",
-            port=ports.engine_port,
-            status_port=ports.engine_status_port,
-            store_config=None,
-            run_dir=str(tmp_path),
-            bootstrap_port=ports.kv_bootstrap_port,
-            store_lookup_ordinal=ports.ordinal,
+            EngineLaunchRequest(
+                topology.roles[ports.role],  # type: ignore[index]
+                instance_id=ports.name,
+                host="127.0.0.1",
+                port=ports.engine_port,
+                status_port=ports.engine_status_port,
+                store_config=None,
+                run_dir=str(tmp_path),
+                bootstrap_port=ports.kv_bootstrap_port,
+                store_lookup_ordinal=ports.ordinal,
+            )
         )
         engine = launch.argv[launch.argv.index("--") + 1 :]
         kv = json.loads(engine[engine.index("--kv-transfer-config") + 1])
