@@ -1,6 +1,6 @@
 """The local backend: runs a Plan as processes on this machine (`motor deploy/status/stop/logs` for deploy_mode
 local, and `motor deploy --update-instance-num/--update-config` on a running job). One job supervisor per job
-(motor.deploy.local.supervisor) starts and restarts the components. State lives in `<run_root>/<job_id>/`:
+(motor.deploy.local.job_supervisor) starts and restarts the components. State lives in `<run_root>/<job_id>/`:
 state.json, job.json, the config copy, one log file per component."""
 
 from motor.deploy.local.deploy import deploy_local, with_local_model_paths

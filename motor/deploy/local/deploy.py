@@ -2,7 +2,7 @@
 
 Nothing is computed here: the Plan says what to start, with which command, environment and ports. The
 backend adds the per-run controller token, writes the config copy, the plan's files and the job file, and
-starts the job supervisor (motor.deploy.local.supervisor), which starts the components in plan order and keeps
+starts the job supervisor (motor.deploy.local.job_supervisor), which starts the components in plan order and keeps
 them running. It follows the supervisor's progress in state.json, then waits for the coordinator to be ready
 with every instance active. Any failure stops everything that was started.
 """
@@ -198,7 +198,7 @@ def _start_supervisor(run_dir: Path, out: TextIO, began: float) -> None:
     """Start the job supervisor; it detaches (the started process exits 0 once it forked) and records itself
     in state.json."""
     log = run_dir / LOG_DIR / SUPERVISOR_LOG
-    argv = [sys.executable, "-m", "motor.deploy.local.supervisor", "--run-dir", str(run_dir)]
+    argv = [sys.executable, "-m", "motor.deploy.local.job_supervisor", "--run-dir", str(run_dir)]
     try:
         launcher = spawn(argv, cwd=run_dir, log=LogFile(log, banner="job supervisor starting"))
     except OSError as exc:
