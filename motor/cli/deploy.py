@@ -221,6 +221,7 @@ def _dry_run(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace)
 
 
 def _deploy_kubernetes(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace) -> int:
+    from motor.cli import k8s_job
     from motor.deploy.k8s import backend
 
     plan = _plan(topology, "kubernetes")
@@ -228,11 +229,11 @@ def _deploy_kubernetes(topology: Topology, texts: "ConfigTexts", args: argparse.
         return plan
     job = backend.Job(plan, topology, texts, args.create_namespace, args.prometheus_operator)
     if args.update_config:
-        operation: Callable[..., int] = backend.update_config
+        operation: Callable[..., int] = k8s_job.update_config
     elif args.update_instance_num:
-        operation = backend.scale
+        operation = k8s_job.scale
     else:
-        operation = backend.deploy
+        operation = k8s_job.deploy
     try:
         job.manifests()
     except ValueError as exc:
@@ -295,13 +296,13 @@ def _job_command(
     if job_id is None:
         print("motor: --k8s needs the job: give --job-id or the config (--config-dir)", file=sys.stderr)
         return EXIT_USAGE
-    from motor.deploy.k8s import backend
+    from motor.cli import k8s_job
 
     namespace = args.namespace or job_id
     if kubernetes_name == "status":
-        return _with_client(args, lambda client: backend.status(client, namespace, job_id))
+        return _with_client(args, lambda client: k8s_job.status(client, namespace, job_id))
     return _with_client(
-        args, lambda client: backend.delete(client, namespace, job_id, delete_namespace=args.delete_namespace)
+        args, lambda client: k8s_job.delete(client, namespace, job_id, delete_namespace=args.delete_namespace)
     )
 
 
