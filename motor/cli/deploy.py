@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from motor.cli import local_job, local_status
 from motor.cli.config_args import (
     EXIT_USAGE,
     add_config_arguments,
@@ -23,6 +24,7 @@ from motor.cli.config_args import (
     load_topology,
     report_problems,
 )
+from motor.cli.failures import EXIT_FAILED
 from motor.config import ConfigError, Topology, load_documents
 from motor.config.models import KUBERNETES_MODES
 from motor.deploy import local
@@ -34,7 +36,6 @@ if TYPE_CHECKING:
     from motor.deploy.k8s.client import KubeClient
     from motor.deploy.k8s.manifests import ConfigTexts
 
-EXIT_FAILED = 1
 DEFAULT_RUN_ROOT = ".motor"
 
 
@@ -220,6 +221,7 @@ def _dry_run(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace)
 
 
 def _deploy_kubernetes(topology: Topology, texts: "ConfigTexts", args: argparse.Namespace) -> int:
+    from motor.cli import k8s_job
     from motor.deploy.k8s import backend
 
     plan = _plan(topology, "kubernetes")
@@ -227,11 +229,11 @@ def _deploy_kubernetes(topology: Topology, texts: "ConfigTexts", args: argparse.
         return plan
     job = backend.Job(plan, topology, texts, args.create_namespace, args.prometheus_operator)
     if args.update_config:
-        operation: Callable[..., int] = backend.update_config
+        operation: Callable[..., int] = k8s_job.update_config
     elif args.update_instance_num:
-        operation = backend.scale
+        operation = k8s_job.scale
     else:
-        operation = backend.deploy
+        operation = k8s_job.deploy
     try:
         job.manifests()
     except ValueError as exc:
@@ -245,11 +247,11 @@ def _deploy_local(topology: Topology, run_root: Path, args: argparse.Namespace) 
     # Engines start in their own run directories: model paths relative to here must not stay relative.
     topology = local.with_local_model_paths(topology, Path.cwd())
     if args.update_config or args.update_instance_num:
-        return local.update_local(topology, run_root, scale=args.update_instance_num)
+        return local_job.update(topology, run_root, scale=args.update_instance_num)
     plan = _plan(topology, "local", config_dir=str(job_dir / "config"), run_dir=str(job_dir))
     if isinstance(plan, int):
         return plan
-    return local.deploy_local(plan, topology, run_root)
+    return local_job.deploy(plan, topology, run_root)
 
 
 def _plan(topology: Topology, target: Target, **where: str) -> Plan | int:
@@ -272,12 +274,12 @@ def run_status(args: argparse.Namespace) -> int:
         if args.interval <= 0:
             print("motor: --interval must be > 0 seconds", file=sys.stderr)
             return EXIT_USAGE
-        return _job_command(args, functools.partial(local.watch_local, interval=args.interval), "status")
-    return _job_command(args, local.status_local, "status")
+        return _job_command(args, functools.partial(local_status.watch, interval=args.interval), "status")
+    return _job_command(args, local_status.status, "status")
 
 
 def run_stop(args: argparse.Namespace) -> int:
-    return _job_command(args, local.stop_local, "delete")
+    return _job_command(args, local_job.stop, "delete")
 
 
 def _job_command(
@@ -294,13 +296,13 @@ def _job_command(
     if job_id is None:
         print("motor: --k8s needs the job: give --job-id or the config (--config-dir)", file=sys.stderr)
         return EXIT_USAGE
-    from motor.deploy.k8s import backend
+    from motor.cli import k8s_job
 
     namespace = args.namespace or job_id
     if kubernetes_name == "status":
-        return _with_client(args, lambda client: backend.status(client, namespace, job_id))
+        return _with_client(args, lambda client: k8s_job.status(client, namespace, job_id))
     return _with_client(
-        args, lambda client: backend.delete(client, namespace, job_id, delete_namespace=args.delete_namespace)
+        args, lambda client: k8s_job.delete(client, namespace, job_id, delete_namespace=args.delete_namespace)
     )
 
 

@@ -136,15 +136,8 @@ def run_dashboard(args: argparse.Namespace) -> int:
 
 
 def run_logs(args: argparse.Namespace) -> int:
-    from motor.deploy.local import logs_local
+    from motor.cli import local_job
 
-    return int(
-        logs_local(
-            run_root(args),
-            args.job_id,
-            args.component,
-            lines=args.lines,
-            follow=args.follow,
-            engine=args.engine,
-        )
+    return local_job.logs(
+        run_root(args), args.job_id, args.component, lines=args.lines, follow=args.follow, engine=args.engine
     )

@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
+from motor.cli import local_job
 from motor.config import load_config
-from motor.deploy.local import deploy_local, stop_local
 from motor.deploy.plan import Plan, build_plan
 from motor.pool.metrics import MetricsUnavailable, PoolSnapshot, scrape_pool
 from motor.pool.net import free_local_ports
@@ -372,7 +372,7 @@ class ChaosCluster:
     # ---- the end --------------------------------------------------------------------------------------------
 
     def stop(self) -> None:
-        stop_local(self.run.run_root, self.run.job_id)
+        local_job.stop(self.run.run_root, self.run.job_id)
         if self.proxy is not None:
             self.proxy.close()
         self.etcd.stop()
@@ -403,7 +403,7 @@ def deploy(
         )
         if settings.blackholed is not None:
             plan, cluster.proxy = _behind_proxy(plan, settings.blackholed)
-        if deploy_local(plan, topology, run.run_root, ready_timeout=ready_timeout_s) != 0:
+        if local_job.deploy(plan, topology, run.run_root, ready_timeout=ready_timeout_s) != 0:
             raise RuntimeError(f"deploying the chaos cluster failed; logs in {run.run_dir / 'logs'}")
         if cluster.proxy is not None:  # on the planned port, which `motor deploy` checks is free
             cluster.proxy.start()

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from motor.deploy.local import logs_local, status_local, stop_local, watch_local
+from motor.cli import local_job, local_status
 from motor.pool.metrics import scrape_pool
 from motor.pool.net import free_port_block
 from motor.runtime.processes import start_ticks
@@ -99,19 +99,19 @@ def test_deploy_serve_status_refuse_and_stop(
 
     output = io.StringIO()
     with redirect_stdout(output):
-        assert status_local(run.run_root, run.job_id, out=output) == 0
+        assert local_status.status(run.run_root, run.job_id, out=output) == 0
     table = output.getvalue()
     for line in ("prefill-0  prefill  active  healthy", "decode-0   decode   active  healthy", "KV pool:"):
         assert line in table, table
     assert "coordinator" in table and "ready: true" in table
     assert re.search(r"prefill\s+0\s+1\s+0", table) and re.search(r"decode\s+0\s+1\s+0", table), table
-    assert status_local(run.run_root, None, out=io.StringIO()) == 0  # every job under the run root
+    assert local_status.status(run.run_root, None, out=io.StringIO()) == 0  # every job under the run root
 
     # --watch: the second frame shows the traffic between the two scrapes
     watched = io.StringIO()
     with httpx.Client(base_url=run.api_url, timeout=60) as client:
         threading.Timer(0.3, lambda: client.post("/v1/completions", json=COMPLETION)).start()
-        assert watch_local(run.run_root, run.job_id, interval=1.5, out=watched, frames=2) == 0
+        assert local_status.watch(run.run_root, run.job_id, interval=1.5, out=watched, frames=2) == 0
     frames = watched.getvalue()
     since_start = re.search(r"since start\s+(\d+)\s+-\s+0\s+-\s+-", frames)  # no stream yet: no TTFT
     window = re.search(r"last \d\.\d s\s+(\d+)\s+\d+\.\d\s+0\s", frames)
@@ -120,17 +120,19 @@ def test_deploy_serve_status_refuse_and_stop(
 
     # logs: the coordinator's and an engine's, and a follow that sees what is appended
     logs = io.StringIO()
-    assert logs_local(run.run_root, run.job_id, "coordinator", lines=5, out=logs) == 0
+    assert local_job.logs(run.run_root, run.job_id, "coordinator", lines=5, out=logs) == 0
     assert 0 < len(logs.getvalue().splitlines()) <= 5
     engine = io.StringIO()
-    assert logs_local(run.run_root, None, "decode-0", engine=True, lines=1000, out=engine) == 0
+    assert local_job.logs(run.run_root, None, "decode-0", engine=True, lines=1000, out=engine) == 0
     assert "motor-sim" in engine.getvalue()
-    assert logs_local(run.run_root, run.job_id, "no-such", out=io.StringIO()) == 2
+    assert local_job.logs(run.run_root, run.job_id, "no-such", out=io.StringIO()) == 2
     followed = io.StringIO()
     log_file = run.run_dir / "logs" / "controller.log"
     threading.Timer(0.5, lambda: log_file.open("a").write("appended by the test\n")).start()
     assert (
-        logs_local(run.run_root, run.job_id, "controller", lines=0, follow=True, out=followed, follow_for_s=2)
+        local_job.logs(
+            run.run_root, run.job_id, "controller", lines=0, follow=True, out=followed, follow_for_s=2
+        )
         == 0
     )
     assert followed.getvalue() == "appended by the test\n"
@@ -146,11 +148,11 @@ def test_deploy_serve_status_refuse_and_stop(
     assert len(recorded) >= len(before) + 4  # at least an engine server and its engine per instance
     ticks = {pid: start_ticks(pid) for pid in recorded}
     assert all(ticks.values())
-    assert stop_local(run.run_root, run.job_id) == 0
+    assert local_job.stop(run.run_root, run.job_id) == 0
     assert [pid for pid in recorded if start_ticks(pid) == ticks[pid]] == []
     assert not (run.run_dir / "state.json").exists()
-    assert status_local(run.run_root, run.job_id) == 1
-    assert stop_local(run.run_root, None) == 0  # nothing left to stop
+    assert local_status.status(run.run_root, run.job_id) == 1
+    assert local_job.stop(run.run_root, None) == 0  # nothing left to stop
 
 
 @pytest.mark.slow
@@ -162,7 +164,7 @@ def test_every_other_profile_hands_the_kv_over(
     assert run.plan_and_deploy() == 0
     assert f"dispatch profile {profile}" in capsys.readouterr().out
     serve_and_check_handover(run)
-    assert stop_local(run.run_root, run.job_id) == 0
+    assert local_job.stop(run.run_root, run.job_id) == 0
 
 
 def test_a_component_that_fails_to_start_fails_the_deploy_and_leaves_nothing(
@@ -190,5 +192,5 @@ def test_a_component_that_fails_to_start_fails_the_deploy_and_leaves_nothing(
     assert set(pids) == {"kv-pool"}
     assert [pid for pid in pids.values() if start_ticks(pid) is not None] == []
     assert not (run.run_dir / "state.json").exists()
-    assert status_local(run.run_root, run.job_id) == 1
-    assert stop_local(run.run_root, None) == 0  # nothing left to stop
+    assert local_status.status(run.run_root, run.job_id) == 1
+    assert local_job.stop(run.run_root, None) == 0  # nothing left to stop

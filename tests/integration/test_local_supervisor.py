@@ -18,7 +18,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from motor.deploy.local import logs_local, status_local, stop_local
+from motor.cli import local_job, local_status
 from motor.pool.metrics import scrape_pool
 from motor.protocol.controller import ControllerState, bearer
 from motor.runtime.processes import start_ticks
@@ -118,14 +118,14 @@ def test_every_killed_component_is_restarted_and_the_job_serves_again(
     assert pool.put_requests > 0 and pool.get_hits > 0
 
     table = io.StringIO()
-    assert status_local(run.run_root, run.job_id, out=table) == 0
+    assert local_status.status(run.run_root, run.job_id, out=table) == 0
     shown = table.getvalue()
     assert re.search(r"job supervisor pid \d+: running", shown), shown
     for name in KILLED_IN_TURN:
         assert re.search(rf"^{re.escape(name)}\s.*running.*\s1\s*$", shown, re.MULTILINE), shown
     assert re.search(r"^decode-0\s.*running\s+0\s*$", shown, re.MULTILINE), shown
     logs = io.StringIO()
-    assert logs_local(run.run_root, run.job_id, "supervisor", lines=1000, out=logs) == 0
+    assert local_job.logs(run.run_root, run.job_id, "supervisor", lines=1000, out=logs) == 0
     supervisor_log = logs.getvalue()
     for name in KILLED_IN_TURN:
         assert re.search(rf"{re.escape(name)} \(pid \d+\) exited with code -9", supervisor_log), (
@@ -147,13 +147,13 @@ def test_a_killed_supervisor_leaves_the_job_serving_and_stop_still_cleans_up(
     assert len(recorded) >= len(run.pids()) + 4  # an engine server and its engine per instance
     assert all(answered(run) for _ in range(3))
     table = io.StringIO()
-    assert status_local(run.run_root, run.job_id, out=table) == 1
+    assert local_status.status(run.run_root, run.job_id, out=table) == 1
     assert f"job supervisor (pid {supervisor['pid']}) is GONE" in table.getvalue()
     capsys.readouterr()
     assert run.update({"motor_deploy_config": {"d_instances_num": 2}}, scale=True) == 1
     assert "supervisor of 'motor-sim' is gone" in capsys.readouterr().err
 
-    assert stop_local(run.run_root, run.job_id) == 0
+    assert local_job.stop(run.run_root, run.job_id) == 0
     assert "is gone: stopping the recorded processes" in capsys.readouterr().out
     assert still_running(recorded) == []
     assert not (run.run_dir / "state.json").exists() and not (run.run_dir / "job.json").exists()

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from motor.cli import local_job, local_status
 from motor.cli.main import main
 from motor.config import Topology
-from motor.deploy import local
 from motor.deploy.plan import Plan
 
 SIM_ENGINE = {
@@ -42,7 +42,7 @@ def config_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def local_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...]]]:
-    """Records what the CLI hands the local backend instead of starting processes."""
+    """Records what the CLI hands its local commands instead of starting processes."""
     calls: list[tuple[str, tuple[Any, ...]]] = []
 
     def recorder(name: str, code: int):  # type: ignore[no-untyped-def]
@@ -52,9 +52,9 @@ def local_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, .
 
         return record
 
-    monkeypatch.setattr(local, "deploy_local", recorder("deploy_local", 0))
-    monkeypatch.setattr(local, "status_local", recorder("status_local", 0))
-    monkeypatch.setattr(local, "stop_local", recorder("stop_local", 3))
+    monkeypatch.setattr(local_job, "deploy", recorder("deploy", 0))
+    monkeypatch.setattr(local_status, "status", recorder("status", 0))
+    monkeypatch.setattr(local_job, "stop", recorder("stop", 3))
     return calls
 
 
@@ -67,7 +67,7 @@ def test_deploy_local_gets_a_local_plan_under_the_run_root(
     monkeypatch.setenv("MOTOR_RUN_ROOT", str(tmp_path / "runs"))
     assert main(["deploy", "--config-dir", str(config_dir)]) == 0
     [(name, (plan, topology, run_root))] = local_calls
-    assert name == "deploy_local"
+    assert name == "deploy"
     assert isinstance(plan, Plan) and isinstance(topology, Topology)
     assert run_root == tmp_path / "runs"
     assert plan.target == "local"
@@ -96,7 +96,7 @@ def test_status_and_stop_pass_the_job_and_exit_code(
 ) -> None:
     assert main(["status", "--run-root", str(tmp_path / "r")]) == 0
     assert main(["stop", "--config-dir", str(config_dir), "--run-root", str(tmp_path / "r")]) == 3
-    assert local_calls == [("status_local", (tmp_path / "r", None)), ("stop_local", (tmp_path / "r", "demo"))]
+    assert local_calls == [("status", (tmp_path / "r", None)), ("stop", (tmp_path / "r", "demo"))]
 
 
 @pytest.mark.parametrize(("flag", "scale"), [("--update-config", False), ("--update-instance-num", True)])
@@ -110,11 +110,11 @@ def test_update_flags_of_a_local_config_go_to_the_local_backend(
 ) -> None:
     updates: list[tuple[str, Path, bool]] = []
 
-    def update_local(topology: Topology, run_root: Path, *, scale: bool) -> int:
+    def update(topology: Topology, run_root: Path, *, scale: bool) -> int:
         updates.append((topology.user.motor_deploy_config.job_id, run_root, scale))
         return 0
 
-    monkeypatch.setattr(local, "update_local", update_local)
+    monkeypatch.setattr(local_job, "update", update)
     assert main(["deploy", "--config-dir", str(config_dir), flag, "--run-root", str(tmp_path / "r")]) == 0
     assert updates == [("demo", tmp_path / "r", scale)]
     assert local_calls == []  # nothing deployed

@@ -1,6 +1,7 @@
 """Kubernetes operations on a job: deploy, update the config in place, scale instances, status, delete.
 
-Each returns an exit code and prints what it did; every failed object is printed as `Kind/name: reason`.
+Each returns what it did (the dataclasses below: objects applied or deleted, and every object that failed with
+its `KubeError`) or raises a motor.deploy.errors.DeployError; it prints nothing: motor.cli shows the results.
 The deployed ConfigMap (`motor-config`) holds the config pair as written and is the baseline that
 `--update-config` and `--update-instance-num` compare against.
 """
@@ -8,8 +9,7 @@ The deployed ConfigMap (`motor-config`) holds the config pair as written and is 
 import hashlib
 import json
 import secrets
-import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from motor.config import ConfigError, load_documents
@@ -22,6 +22,7 @@ from motor.config.whitelist import (
     changed_paths,
     refused_changes,
 )
+from motor.deploy.errors import DeployError, Refused
 from motor.deploy.k8s.apply import ApplyResult, apply_objects
 from motor.deploy.k8s.client import DELETE_ORDER, OPTIONAL_KINDS, KubeClient, KubeError, Manifest
 from motor.deploy.k8s.labels import CONFIG_MAP, MANAGED_BY, NAME_LABEL, owner_labels
@@ -38,8 +39,68 @@ from motor.deploy.plan import (
     build_plan,
 )
 
-EXIT_OK = 0
-EXIT_FAILED = 1
+
+@dataclass(frozen=True)
+class Applied:
+    """Objects applied (`summary` says what the operation did); failed when any object failed."""
+
+    summary: str
+    result: ApplyResult
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok
+
+
+@dataclass(frozen=True)
+class Unchanged:
+    """An update (or a scale, `scale`) that found nothing to change in the deployed job."""
+
+    namespace: str
+    scale: bool
+
+
+@dataclass(frozen=True)
+class Rolled:
+    """How the components that read the updated ConfigMap get it: the Deployments rolled to `revision` (and
+    those that failed), or, when every component runs in one pod, that pod to restart by hand."""
+
+    revision: str
+    rolled: list[str] = field(default_factory=list)
+    failures: list[KubeError] = field(default_factory=list)
+    restart_pod: str | None = None
+    waiting: list[str] = field(default_factory=list)  # changes that wait for the engine pods' next restart
+
+
+@dataclass(frozen=True)
+class ConfigUpdated:
+    applied: Applied
+    rolled: Rolled | None  # None when the ConfigMap could not be applied
+
+
+@dataclass(frozen=True)
+class Deleted:
+    job_id: str
+    namespace: str
+    deleted: list[str]
+    failures: list[KubeError]
+    kept_namespace: bool  # asked to delete the namespace, but motor did not create it
+
+
+@dataclass(frozen=True)
+class DeploymentRow:
+    name: str
+    component: str
+    role: str
+    ready: str  # ready/wanted replicas
+    image: str
+
+
+@dataclass(frozen=True)
+class Status:
+    job_id: str
+    namespace: str
+    deployments: list[DeploymentRow]  # empty: the job has none in the namespace
 
 
 @dataclass(frozen=True)
@@ -71,14 +132,17 @@ class Job:
         return [obj for manifest_file in self.manifests() for obj in manifest_file.objects]
 
 
-def deploy(client: KubeClient, job: Job) -> int:
-    try:
-        job = with_cluster_token(client, job)
-    except KubeError as exc:
-        print(f"motor: failed {exc}", file=sys.stderr)
-        return EXIT_FAILED
+def deploy(client: KubeClient, job: Job) -> Applied:
+    job = _with_token(client, job)
     result = apply_objects(client, job.objects(), job.namespace)
-    return _report(result, f"deployed job {job.plan.job_id} to namespace {job.namespace}")
+    return Applied(f"deployed job {job.plan.job_id} to namespace {job.namespace}", result)
+
+
+def _with_token(client: KubeClient, job: Job) -> Job:
+    try:
+        return with_cluster_token(client, job)
+    except KubeError as exc:
+        raise DeployError(f"failed {exc}") from exc
 
 
 def with_cluster_token(client: KubeClient, job: Job) -> Job:
@@ -88,32 +152,24 @@ def with_cluster_token(client: KubeClient, job: Job) -> Job:
     return replace(job, token=deployed or job.token or secrets.token_urlsafe(32))
 
 
-def update_config(client: KubeClient, job: Job) -> int:
+def update_config(client: KubeClient, job: Job) -> ConfigUpdated | Unchanged:
     """Re-apply only the ConfigMap, and only when every change is whitelisted."""
     baseline = _baseline(client, job.namespace, "--update-config")
-    if baseline is None:
-        return EXIT_FAILED
     refused = _refused(job.texts, baseline, UPDATE_WHITELIST) + _changed_credentials(client, job)
     if refused:
-        print(
-            "motor: refused: --update-config only changes settings that need no redeploy "
+        counts = any(path.rsplit(".", 1)[-1] in INSTANCE_COUNT_KEYS for path in refused)
+        raise Refused(
+            "refused: --update-config only changes settings that need no redeploy "
             "(log_level, coordinator exception_config and timeout_config); these changes need a redeploy:",
-            file=sys.stderr,
+            details=refused,
+            hint="change instance counts with --update-instance-num" if counts else None,
         )
-        for path in refused:
-            print(f"  {path}", file=sys.stderr)
-        if any(path.rsplit(".", 1)[-1] in INSTANCE_COUNT_KEYS for path in refused):
-            print("motor: change instance counts with --update-instance-num", file=sys.stderr)
-        return EXIT_FAILED
     changed = changed_paths(json.loads(redact_user_config(job.texts.user)), json.loads(baseline.user))
     if not changed:
-        print(f"nothing to update: the config equals the one deployed in namespace {job.namespace}")
-        return EXIT_OK
+        return Unchanged(job.namespace, scale=False)
     result = apply_objects(client, [_config_map(job)], job.namespace)
-    code = _report(result, "updated ConfigMap/" + CONFIG_MAP + " (" + ", ".join(changed) + ")")
-    if code != EXIT_OK:
-        return code
-    return _roll_readers(client, job, changed)
+    applied = Applied("updated ConfigMap/" + CONFIG_MAP + " (" + ", ".join(changed) + ")", result)
+    return ConfigUpdated(applied, _roll_readers(client, job, changed) if applied.ok else None)
 
 
 # Components read user_config.json at start: after an update the Deployments whose section changed are rolled.
@@ -123,7 +179,7 @@ ROLLED_SECTIONS = {"motor_controller_config": CONTROLLER, "motor_coordinator_con
 REVISION_ANNOTATION = "motor.io/config-revision"
 
 
-def _roll_readers(client: KubeClient, job: Job, changed: list[str]) -> int:
+def _roll_readers(client: KubeClient, job: Job, changed: list[str]) -> Rolled:
     names = sorted(
         {
             name
@@ -135,11 +191,11 @@ def _roll_readers(client: KubeClient, job: Job, changed: list[str]) -> int:
     waiting = sorted(
         {path for path in changed if not path.startswith(tuple(f"{s}." for s in ROLLED_SECTIONS))}
     )
-    if job.plan.deploy_mode != "multi_deployment":
-        print(f"restart the {job.plan.job_id} pod to apply the change: every component runs in it")
-        return EXIT_OK
     revision = hashlib.sha256((job.texts.user + job.texts.env).encode()).hexdigest()[:16]
-    failed = 0
+    if job.plan.deploy_mode != "multi_deployment":
+        return Rolled(revision, restart_pod=job.plan.job_id)
+    rolled: list[str] = []
+    failures: list[KubeError] = []
     for name in names:
         patch = {
             "apiVersion": "apps/v1",
@@ -149,52 +205,38 @@ def _roll_readers(client: KubeClient, job: Job, changed: list[str]) -> int:
         }
         try:
             client.merge_patch(patch)
-            print(f"  rolled Deployment/{name} to config revision {revision}")
+            rolled.append(f"Deployment/{name}")
         except KubeError as exc:
-            print(f"motor: failed {exc}", file=sys.stderr)
-            failed += 1
-    if waiting:
-        print("takes effect when the engine pods next restart: " + ", ".join(waiting))
-    return EXIT_FAILED if failed else EXIT_OK
+            failures.append(exc)
+    return Rolled(revision, rolled, failures, waiting=waiting)
 
 
-def scale(client: KubeClient, job: Job) -> int:
+def scale(client: KubeClient, job: Job) -> Applied | Unchanged:
     """Delete the instances the new counts drop (highest index first), then add only the new ones."""
     baseline = _baseline(client, job.namespace, "--update-instance-num")
-    if baseline is None:
-        return EXIT_FAILED
     refused = _refused(job.texts, baseline, SCALE_WHITELIST) + _changed_credentials(client, job)
     if refused:
-        print(
-            "motor: refused: --update-instance-num only changes "
+        raise Refused(
+            "refused: --update-instance-num only changes "
             + ", ".join(sorted(INSTANCE_COUNT_KEYS))
             + "; these differ from the deployed config too:",
-            file=sys.stderr,
+            details=refused,
         )
-        for path in refused:
-            print(f"  {path}", file=sys.stderr)
-        return EXIT_FAILED
     try:
         old_topology = load_documents(json.loads(baseline.user), json.loads(baseline.env))
     except ConfigError as exc:
-        print(f"motor: the deployed config no longer validates, redeploy instead: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        raise DeployError(f"the deployed config no longer validates, redeploy instead: {exc}") from exc
     old = {c.name: c for c in build_plan(old_topology, target="kubernetes").node_managers}
     new = {c.name: c for c in job.plan.node_managers}
     removed = sorted(old.keys() - new.keys(), key=lambda name: (-(old[name].index or 0), name))
     added = [name for name in new if name not in old]
     if not removed and not added:
-        print("nothing to scale: the instance counts equal the deployed ones")
-        return EXIT_OK
-    try:
-        job = with_cluster_token(client, job)
-    except KubeError as exc:
-        print(f"motor: failed {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return Unchanged(job.namespace, scale=True)
+    job = _with_token(client, job)
 
     if job.plan.deploy_mode == "single_container":
         result = apply_objects(client, job.objects(), job.namespace)
-        return _report(result, "re-applied the single container with " + _counts(job.plan))
+        return Applied("re-applied the single container with " + _counts(job.plan), result)
 
     result = ApplyResult()
     for name in removed:
@@ -219,14 +261,15 @@ def scale(client: KubeClient, job: Job) -> int:
         summary += "; removed " + ", ".join(removed)
     if added:
         summary += "; added " + ", ".join(added)
-    return _report(result, summary)
+    return Applied(summary, result)
 
 
-def delete(client: KubeClient, namespace: str, job_id: str, *, delete_namespace: bool = False) -> int:
+def delete(client: KubeClient, namespace: str, job_id: str, *, delete_namespace: bool = False) -> Deleted:
     """Delete every object carrying the job's labels; the namespace too when asked and motor created it."""
     labels = owner_labels(job_id)
     deleted: list[str] = []
     failures: list[KubeError] = []
+    kept_namespace = False
     for kind in DELETE_ORDER:
         try:
             found = client.find(kind, namespace, labels)
@@ -249,37 +292,25 @@ def delete(client: KubeClient, namespace: str, job_id: str, *, delete_namespace:
                 client.delete("Namespace", None, namespace)
                 deleted.append(f"Namespace/{namespace}")
             elif found_namespace is not None:
-                print(f"kept Namespace/{namespace}: motor did not create it")
+                kept_namespace = True
         except KubeError as exc:
             failures.append(exc)
-    for exc in failures:
-        print(f"motor: failed {exc}", file=sys.stderr)
-    if not deleted and not failures:
-        print(f"nothing to delete: no objects of job {job_id} in namespace {namespace}")
-    else:
-        print(f"deleted {len(deleted)} object(s) of job {job_id} from namespace {namespace}")
-        for name in deleted:
-            print(f"  {name}")
-    return EXIT_FAILED if failures else EXIT_OK
+    return Deleted(job_id, namespace, deleted, failures, kept_namespace)
 
 
-def status(client: KubeClient, namespace: str, job_id: str) -> int:
+def status(client: KubeClient, namespace: str, job_id: str) -> Status:
     try:
         deployments = client.find("Deployment", namespace, owner_labels(job_id))
     except KubeError as exc:
-        print(f"motor: failed {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    if not deployments:
-        print(f"no deployment of job {job_id} in namespace {namespace}")
-        return EXIT_FAILED
-    rows = [("NAME", "COMPONENT", "ROLE", "READY", "IMAGE")]
+        raise DeployError(f"failed {exc}") from exc
+    rows = []
     for obj in sorted(deployments, key=lambda d: d["metadata"]["name"]):
         labels = obj["metadata"].get("labels") or {}
         spec: dict[str, Any] = obj.get("spec") or {}
         observed: dict[str, Any] = obj.get("status") or {}
         containers = (((spec.get("template") or {}).get("spec") or {}).get("containers")) or [{}]
         rows.append(
-            (
+            DeploymentRow(
                 obj["metadata"]["name"],
                 labels.get("motor.io/component", "-"),
                 labels.get("motor.io/role", "-"),
@@ -287,11 +318,7 @@ def status(client: KubeClient, namespace: str, job_id: str) -> int:
                 str(containers[0].get("image", "-")),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    print(f"job {job_id} in namespace {namespace}:")
-    for row in rows:
-        print("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
-    return EXIT_OK
+    return Status(job_id, namespace, rows)
 
 
 # ---- helpers ----------------------------------------------------------------------------------------------
@@ -301,30 +328,25 @@ def _config_map(job: Job) -> Manifest:
     return next(obj for obj in job.objects() if obj["kind"] == "ConfigMap")
 
 
-def _baseline(client: KubeClient, namespace: str, option: str) -> ConfigTexts | None:
+def _baseline(client: KubeClient, namespace: str, option: str) -> ConfigTexts:
     try:
         config_map = client.get("ConfigMap", namespace, CONFIG_MAP)
     except KubeError as exc:
-        print(f"motor: failed {exc}", file=sys.stderr)
-        return None
+        raise DeployError(f"failed {exc}") from exc
     data = (config_map or {}).get("data") or {}
     if "user_config.json" not in data or "env.json" not in data:
-        print(
-            f"motor: {option} needs the deployed baseline, but ConfigMap/{CONFIG_MAP} with user_config.json and "
-            f"env.json is not in namespace {namespace}; deploy once without {option} first",
-            file=sys.stderr,
+        raise DeployError(
+            f"{option} needs the deployed baseline, but ConfigMap/{CONFIG_MAP} with user_config.json and "
+            f"env.json is not in namespace {namespace}; deploy once without {option} first"
         )
-        return None
     for key in ("user_config.json", "env.json"):
         try:
             json.loads(data[key])
         except json.JSONDecodeError as exc:
-            print(
-                f"motor: the deployed baseline ConfigMap/{CONFIG_MAP} {key} is not valid JSON ({exc.msg}); "
-                "redeploy without " + option,
-                file=sys.stderr,
-            )
-            return None
+            raise DeployError(
+                f"the deployed baseline ConfigMap/{CONFIG_MAP} {key} is not valid JSON ({exc.msg}); "
+                "redeploy without " + option
+            ) from exc
     return ConfigTexts(user=data["user_config.json"], env=data["env.json"])
 
 
@@ -357,19 +379,3 @@ def _counts(plan: Plan) -> str:
     for component in plan.node_managers:
         per_role[str(component.role)] = per_role.get(str(component.role), 0) + 1
     return ", ".join(f"{count} {role}" for role, count in per_role.items())
-
-
-def _report(result: ApplyResult, summary: str) -> int:
-    for exc in result.failures:
-        print(f"motor: failed {exc}", file=sys.stderr)
-    via = f" via {result.method}" if result.method else ""
-    if result.failures:
-        print(
-            f"motor: {len(result.failures)} object(s) failed, {len(result.applied)} applied{via}",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
-    print(f"{summary}: {len(result.applied)} object(s){via}")
-    for name in result.applied:
-        print(f"  {name}")
-    return EXIT_OK

@@ -2,9 +2,10 @@
 
 Nothing is computed here: the Plan says what to start, with which command, environment and ports. The
 backend adds the per-run controller token, writes the config copy, the plan's files and the job file, and
-starts the job supervisor (motor.deploy.local.supervisor), which starts the components in plan order and keeps
+starts the job supervisor (motor.deploy.local.job_supervisor), which starts the components in plan order and keeps
 them running. It follows the supervisor's progress in state.json, then waits for the coordinator to be ready
-with every instance active. Any failure stops everything that was started.
+with every instance active, reporting each step to the caller's `Progress`. Any failure stops everything that
+was started and raises a motor.deploy.errors.DeployError.
 """
 
 import dataclasses
@@ -13,14 +14,25 @@ import secrets
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from pydantic import ValidationError
 
 from motor.config import Topology
+from motor.deploy.errors import DeployError, UsageError
 from motor.deploy.local.component import STARTUP_TIMEOUT_S
+from motor.deploy.local.events import (
+    ComponentStarted,
+    Deploying,
+    Progress,
+    Readiness,
+    StoppingStarted,
+    SupervisorStarted,
+    ignore,
+)
 from motor.deploy.local.job import job_from_plan, write_job
 from motor.deploy.local.probes import http_status, port_in_use
+from motor.deploy.local.results import Deployed
 from motor.deploy.local.state import (
     LOG_DIR,
     SUPERVISOR_LOG,
@@ -42,52 +54,33 @@ LAUNCH_TIMEOUT_S = 30.0  # until the supervisor detached and recorded itself
 POLL_S = 0.1
 
 
-class DeployFailed(Exception):
-    def __init__(self, message: str, log: Path | None = None) -> None:
-        super().__init__(message)
-        self.log = log
-
-
 def deploy_local(
     plan: Plan,
     topology: Topology,
     run_root: Path,
     *,
     ready_timeout: float = READY_TIMEOUT_S,
-    out: TextIO | None = None,
-) -> int:
-    out = out or sys.stdout
+    progress: Progress = ignore,
+) -> Deployed:
     if plan.target != "local":
-        print(
-            f"motor deploy: the local backend runs local plans; this one targets {plan.target}",
-            file=sys.stderr,
-        )
-        return 2
+        raise UsageError(f"the local backend runs local plans; this one targets {plan.target}")
     run_dir = job_dir(run_root, plan.job_id)
     refusal = _refuse_running(run_dir, plan.job_id, run_root) or _refuse_busy_ports(plan)
     if refusal:
-        print(f"motor deploy: {refusal}", file=sys.stderr)
-        return 1
+        raise DeployError(refusal)
     began = time.monotonic()
-    print(f"deploying job {plan.job_id} locally (run directory {run_dir})", file=out)
+    progress(Deploying(plan.job_id, str(run_dir)))
     state = _prepare(plan, topology, run_dir)
     try:
-        _start_supervisor(run_dir, out, began)
-        _follow_start(run_dir, out, began, len(plan.components))
-        wait_ready(state, {c.name for c in plan.node_managers}, out, began, ready_timeout)
-    except BaseException as exc:
-        if isinstance(exc, DeployFailed):
-            print(f"motor deploy: {exc}", file=sys.stderr)
-            if exc.log is not None:
-                print(f"--- last lines of {exc.log} ---\n{tail(exc.log)}\n---", file=sys.stderr)
-        print("stopping what was started", file=out)
-        stop_job(current_state(run_dir) or state, out)
+        _start_supervisor(run_dir, progress, began)
+        _follow_start(run_dir, progress, began, len(plan.components))
+        wait_ready(state, {c.name for c in plan.node_managers}, progress, began, ready_timeout)
+    except BaseException:
+        progress(StoppingStarted())
+        stop_job(current_state(run_dir) or state, progress)
         remove_job(run_dir)
-        if not isinstance(exc, DeployFailed):
-            raise
-        return 1
-    _print_ready(plan, topology, state, run_root, time.monotonic() - began, out)
-    return 0
+        raise
+    return _deployed(plan, topology, state, run_root, time.monotonic() - began)
 
 
 def _refuse_running(run_dir: Path, job_id: str, run_root: Path) -> str | None:
@@ -194,95 +187,89 @@ def current_state(run_dir: Path) -> RunState | None:
         return None
 
 
-def _start_supervisor(run_dir: Path, out: TextIO, began: float) -> None:
+def _start_supervisor(run_dir: Path, progress: Progress, began: float) -> None:
     """Start the job supervisor; it detaches (the started process exits 0 once it forked) and records itself
     in state.json."""
     log = run_dir / LOG_DIR / SUPERVISOR_LOG
-    argv = [sys.executable, "-m", "motor.deploy.local.supervisor", "--run-dir", str(run_dir)]
+    argv = [sys.executable, "-m", "motor.deploy.local.job_supervisor", "--run-dir", str(run_dir)]
     try:
         launcher = spawn(argv, cwd=run_dir, log=LogFile(log, banner="job supervisor starting"))
     except OSError as exc:
-        raise DeployFailed(f"cannot start the job supervisor ({argv[0]}): {exc}") from exc
+        raise DeployError(f"cannot start the job supervisor ({argv[0]}): {exc}") from exc
     code = launcher.popen.wait(timeout=LAUNCH_TIMEOUT_S)
     if code != 0:
-        raise DeployFailed(f"the job supervisor could not start (exit code {code})", log)
+        raise DeployError(f"the job supervisor could not start (exit code {code})", log=log)
     deadline = time.monotonic() + LAUNCH_TIMEOUT_S
     while (state := current_state(run_dir)) is None or state.supervisor is None:
         if time.monotonic() > deadline:
-            raise DeployFailed(
-                f"the job supervisor did not record itself within {LAUNCH_TIMEOUT_S:.0f} s", log
+            raise DeployError(
+                f"the job supervisor did not record itself within {LAUNCH_TIMEOUT_S:.0f} s", log=log
             )
         time.sleep(POLL_S)
-    print(
-        f"  [{time.monotonic() - began:6.1f}s] job supervisor running, pid {state.supervisor.pid} "
-        f"(log {state.supervisor.log})",
-        file=out,
-    )
+    progress(SupervisorStarted(time.monotonic() - began, state.supervisor.pid, state.supervisor.log))
 
 
-def _follow_start(run_dir: Path, out: TextIO, began: float, components: int) -> None:
-    """Print each component as the supervisor reports it started, until it runs the job or failed."""
+def _follow_start(run_dir: Path, progress: Progress, began: float, components: int) -> None:
+    """Report each component as the supervisor reports it started, until it runs the job or failed."""
     shown: set[str] = set()
     deadline = time.monotonic() + STARTUP_TIMEOUT_S * (components + 1)
     while True:
         state = current_state(run_dir)
         supervisor = state.supervisor if state is not None else None
         if state is None or supervisor is None:
-            raise DeployFailed(f"{run_dir}/state.json vanished while the job was starting")
+            raise DeployError(f"{run_dir}/state.json vanished while the job was starting")
         for record in state.components:
             if record.ready_at is not None and record.name not in shown:
                 shown.add(record.name)
-                ports = " ".join(f"{name}={port}" for name, port in record.ports.items())
-                print(
-                    f"  [{record.ready_at - time.time() + time.monotonic() - began:6.1f}s] "
-                    f"started {record.name:<12} pid {record.pid:<7} {ports}",
-                    file=out,
-                )
+                seconds = record.ready_at - time.time() + time.monotonic() - began
+                progress(ComponentStarted(seconds, record.name, record.pid, dict(record.ports)))
         if supervisor.phase == "failed":
             log = Path(supervisor.error_log) if supervisor.error_log else None
-            raise DeployFailed(supervisor.error or "the job supervisor failed to start the job", log)
+            raise DeployError(supervisor.error or "the job supervisor failed to start the job", log=log)
         if supervisor.phase == "running":
             return
         if not Identity(supervisor.pid, supervisor.start_ticks).alive():
-            raise DeployFailed("the job supervisor exited while starting the job", Path(supervisor.log))
+            raise DeployError("the job supervisor exited while starting the job", log=Path(supervisor.log))
         if time.monotonic() > deadline:
-            raise DeployFailed("the job supervisor did not start the job in time", Path(supervisor.log))
+            raise DeployError("the job supervisor did not start the job in time", log=Path(supervisor.log))
         time.sleep(POLL_S)
 
 
 def wait_ready(
     state: RunState,
     expected: set[str],
-    out: TextIO,
+    progress: Progress,
     began: float,
     timeout: float,
     *,
     absent: frozenset[str] = frozenset(),
 ) -> None:
     """Until the coordinator is ready, every instance in `expected` is active and none in `absent` is
-    registered; DeployFailed when the supervisor is gone, gave up on a component, or `timeout` passes."""
+    registered, reporting each change; DeployError when the supervisor is gone, gave up on a component, or
+    `timeout` passes."""
     deadline = time.monotonic() + timeout
     shown = ""
     while True:
         _check_supervised(current_state(Path(state.run_dir)) or state)
         instances = _instances(state)
-        coordinator_ready = _coordinator_ready(state)
-        summary = ", ".join(f"{name} {instances.get(name, 'not registered')}" for name in sorted(expected))
-        leaving = sorted(absent & instances.keys())
-        if leaving:
-            summary += f"; still registered: {', '.join(leaving)}"
-        summary += f"; coordinator {'ready' if coordinator_ready else 'not ready'}"
+        readiness = Readiness(
+            time.monotonic() - began,
+            {name: instances.get(name) for name in sorted(expected)},
+            sorted(absent & instances.keys()),
+            _coordinator_ready(state),
+        )
+        summary = readiness.summary
         if summary != shown:
-            print(f"  [{time.monotonic() - began:6.1f}s] {summary}", file=out)
+            progress(readiness)
             shown = summary
         active = all(instances.get(name, "").startswith("active") for name in expected)
-        if coordinator_ready and active and not leaving:
+        if readiness.coordinator_ready and active and not readiness.leaving:
             return
         if time.monotonic() > deadline:
             waiting = sorted(n for n in expected if not instances.get(n, "").startswith("active"))
             engine_logs = [Path(state.run_dir) / name / "engine.log" for name in waiting]
             tails = "\n".join(f"--- {log} ---\n{tail(log, 15)}" for log in engine_logs)
-            raise DeployFailed(
+            raise DeployError(
                 f"not ready within {timeout:.0f} s ({summary}); engine logs of the instances not active:\n{tails}"
             )
         time.sleep(POLL_S * 3)
@@ -292,13 +279,13 @@ def _check_supervised(state: RunState) -> None:
     supervisor = state.supervisor
     if supervisor is None or not Identity(supervisor.pid, supervisor.start_ticks).alive():
         log = Path(supervisor.log) if supervisor is not None else None
-        raise DeployFailed("the job supervisor is gone", log)
+        raise DeployError("the job supervisor is gone", log=log)
     for record in state.components:
         if record.state == "given_up":
-            raise DeployFailed(
+            raise DeployError(
                 f"{record.name} keeps failing: the supervisor gave up restarting it after {record.restarts} "
                 "restarts",
-                Path(record.log),
+                log=Path(record.log),
             )
 
 
@@ -326,22 +313,18 @@ def _coordinator_ready(state: RunState) -> bool:
         return False
 
 
-def _print_ready(
-    plan: Plan, topology: Topology, state: RunState, run_root: Path, seconds: float, out: TextIO
-) -> None:
+def _deployed(plan: Plan, topology: Topology, state: RunState, run_root: Path, seconds: float) -> Deployed:
     model = next(
         (c.spec.model_name for c in plan.node_managers if isinstance(c.spec, NodeManagerSpec)), "<model>"
     )
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 32})
-    print(
-        f"ready in {seconds:.1f} s: {len(plan.node_managers)} instance(s) active, "
-        f"dispatch profile {topology.profile.profile.value}\n"
-        f"  endpoint: {plan.coordinator_url}/v1  (OpenAI API)\n"
-        f"  try:      curl {plan.coordinator_url}/v1/chat/completions -H 'Content-Type: application/json' "
-        f"-d '{body}'\n"
-        f"  logs:     {Path(state.run_dir) / LOG_DIR}\n"
-        f"  metrics:  prometheus --config.file={Path(state.run_dir) / PROMETHEUS_DIR / CONFIG_FILE}\n"
-        f"  status:   motor status --job-id {plan.job_id} --run-root {run_root}\n"
-        f"  stop:     motor stop --job-id {plan.job_id} --run-root {run_root}",
-        file=out,
+    return Deployed(
+        job_id=plan.job_id,
+        run_root=run_root,
+        instances=[c.name for c in plan.node_managers],
+        profile=topology.profile.profile.value,
+        endpoint=plan.coordinator_url,
+        model=model,
+        logs=Path(state.run_dir) / LOG_DIR,
+        prometheus_config=Path(state.run_dir) / PROMETHEUS_DIR / CONFIG_FILE,
+        seconds=seconds,
     )

@@ -8,12 +8,12 @@ supervision state, restarts) and the progress of the last update. `motor stop` r
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from motor.deploy.errors import DeployError, UsageError
 from motor.protocol.specs import TlsFiles
 
 STATE_FILE = "state.json"
@@ -132,29 +132,20 @@ def remove_state(run_dir: Path) -> None:
     state_path(run_dir).unlink(missing_ok=True)
 
 
-def running_job(run_root: Path, job_id: str | None, command: str) -> RunState | int:
-    """The state of job `job_id` (the only job under `run_root` when None) for `command`, or an exit code
-    after saying on stderr what is missing: 2 when the job is ambiguous, 1 when it cannot be read."""
+def running_job(run_root: Path, job_id: str | None) -> RunState:
+    """The state of job `job_id` (the only job under `run_root` when None); UsageError when the job is
+    ambiguous, DeployError when it cannot be read or does not exist."""
     if job_id is None:
         jobs = deployed_jobs(run_root)
         if len(jobs) != 1:
             found = ", ".join(jobs) or "none"
-            print(
-                f"{command}: local jobs in {Path(run_root).resolve()}: {found}; give --job-id",
-                file=sys.stderr,
-            )
-            return 2
+            raise UsageError(f"local jobs in {Path(run_root).resolve()}: {found}; give --job-id")
         job_id = jobs[0]
     run_dir = job_dir(run_root, job_id)
     try:
         state = read_state(run_dir)
     except (OSError, ValidationError) as exc:
-        print(f"{command}: cannot read {run_dir}/state.json: {exc}", file=sys.stderr)
-        return 1
+        raise DeployError(f"cannot read {run_dir}/state.json: {exc}") from exc
     if state is None:
-        print(
-            f"{command}: no local job {job_id!r} in {run_dir.parent} (deploy it with `motor deploy`)",
-            file=sys.stderr,
-        )
-        return 1
+        raise DeployError(f"no local job {job_id!r} in {run_dir.parent} (deploy it with `motor deploy`)")
     return state

@@ -7,14 +7,24 @@ The job supervisor is asked first (SIGTERM): it stops the components kind by kin
 import contextlib
 import os
 import signal
-import sys
 import time
 from pathlib import Path
-from typing import TextIO
 
 from pydantic import ValidationError
 
+from motor.deploy.errors import DeployError, UsageError
+from motor.deploy.local.events import (
+    AskingSupervisor,
+    KillingSupervisor,
+    Progress,
+    Stopping,
+    StoppingJob,
+    SupervisorGone,
+    SupervisorStopped,
+    ignore,
+)
 from motor.deploy.local.job import job_path
+from motor.deploy.local.results import NothingToStop, Stopped
 from motor.deploy.local.state import RunState, deployed_jobs, job_dir, read_state, remove_state
 from motor.protocol.node_manager import ENGINE_PID_FILE, EngineProcessRecord
 from motor.runtime.processes import (
@@ -43,7 +53,7 @@ def left_engine(component_run_dir: Path) -> Identity | None:
     return Identity(engine.pid, engine.start_ticks)
 
 
-def stop_recorded(state: RunState, out: TextIO, grace: float = DEPLOY_GRACE_S) -> list[int]:
+def stop_recorded(state: RunState, progress: Progress, grace: float = DEPLOY_GRACE_S) -> list[int]:
     """Stop every process recorded in `state`, kind by kind; returns pids that survived (none, normally)."""
     survivors: list[int] = []
     for kind in STOP_ORDER:
@@ -55,7 +65,7 @@ def stop_recorded(state: RunState, out: TextIO, grace: float = DEPLOY_GRACE_S) -
             record.name for record, identity in zip(records, identities, strict=True) if identity.alive()
         ]
         if running:
-            print(f"  stopping {', '.join(running)}", file=out)
+            progress(Stopping(running))
         survivors += stop_groups(identities, grace)
         if kind == "node_manager":
             engines = [left_engine(Path(state.run_dir) / record.name) for record in records]
@@ -63,32 +73,27 @@ def stop_recorded(state: RunState, out: TextIO, grace: float = DEPLOY_GRACE_S) -
     return survivors
 
 
-def stop_job(state: RunState, out: TextIO) -> list[int]:
+def stop_job(state: RunState, progress: Progress) -> list[int]:
     """Stop the job: through its supervisor while it runs, then by the recorded identities (all of them when the
     supervisor is gone); returns pids that survived (none, normally)."""
     supervisor = state.supervisor
     if supervisor is not None:
         identity = Identity(supervisor.pid, supervisor.start_ticks)
         if identity.alive():
-            print(f"  asking the job supervisor (pid {supervisor.pid}) to stop the components", file=out)
+            progress(AskingSupervisor(supervisor.pid))
             _signal(identity, signal.SIGTERM)
             if not _gone(identity, JOB_STOP_GRACE_S):
-                print(
-                    f"  the job supervisor did not exit within {JOB_STOP_GRACE_S:.0f} s: killing it", file=out
-                )
+                progress(KillingSupervisor(supervisor.pid, JOB_STOP_GRACE_S))
                 _signal(identity, signal.SIGKILL)
                 _gone(identity, KILL_WAIT_S)
             with contextlib.suppress(OSError, ValidationError):  # else: stop by what the caller read
                 state = read_state(Path(state.run_dir)) or state
             stopped = [record.name for record in state.components if record.state == "stopped"]
             if stopped:
-                print(f"  the supervisor stopped {', '.join(stopped)}", file=out)
+                progress(SupervisorStopped(stopped))
         else:
-            print(
-                f"  the job supervisor (pid {supervisor.pid}) is gone: stopping the recorded processes",
-                file=out,
-            )
-    return stop_recorded(state, out)
+            progress(SupervisorGone(supervisor.pid))
+    return stop_recorded(state, progress)
 
 
 def _signal(identity: Identity, signum: int) -> None:
@@ -112,40 +117,30 @@ def remove_job(run_dir: Path) -> None:
     job_path(run_dir).unlink(missing_ok=True)
 
 
-def stop_local(run_root: Path, job_id: str | None, *, out: TextIO | None = None) -> int:
+def stop_local(run_root: Path, job_id: str | None, *, progress: Progress = ignore) -> Stopped | NothingToStop:
     """Stop job `job_id`, or the only job under `run_root` when it is None."""
-    out = out or sys.stdout
     if job_id is None:
         jobs = deployed_jobs(run_root)
         if len(jobs) > 1:
-            print(
-                f"motor stop: several local jobs in {Path(run_root).resolve()} ({', '.join(jobs)}); "
-                "say which with --job-id",
-                file=sys.stderr,
+            raise UsageError(
+                f"several local jobs in {Path(run_root).resolve()} ({', '.join(jobs)}); say which with --job-id"
             )
-            return 2
         if not jobs:
-            print(f"motor stop: nothing to stop: no local jobs in {Path(run_root).resolve()}", file=out)
-            return 0
+            return NothingToStop(None, Path(run_root).resolve())
         job_id = jobs[0]
     run_dir = job_dir(run_root, job_id)
     try:
         state = read_state(run_dir)
     except (OSError, ValidationError) as exc:
-        print(f"motor stop: cannot read {run_dir}/state.json: {exc}", file=sys.stderr)
-        return 1
+        raise DeployError(f"cannot read {run_dir}/state.json: {exc}") from exc
     if state is None:
-        print(f"motor stop: nothing to stop: no local job {job_id!r} in {run_dir.parent}", file=out)
-        return 0
-    print(f"stopping local job {job_id} ({run_dir})", file=out)
-    survivors = stop_job(state, out)
+        return NothingToStop(job_id, run_dir.parent)
+    progress(StoppingJob(job_id, str(run_dir)))
+    survivors = stop_job(state, progress)
     if survivors:
-        print(
-            f"motor stop: processes {survivors} of job {job_id} are still alive after SIGKILL; "
-            f"check them with `ps -o pid,stat,cmd -p {','.join(map(str, survivors))}`",
-            file=sys.stderr,
+        raise DeployError(
+            f"processes {survivors} of job {job_id} are still alive after SIGKILL; "
+            f"check them with `ps -o pid,stat,cmd -p {','.join(map(str, survivors))}`"
         )
-        return 1
     remove_job(run_dir)
-    print(f"stopped: {len(state.components)} component(s); logs kept in {run_dir / 'logs'}", file=out)
-    return 0
+    return Stopped(job_id, len(state.components), run_dir / "logs")

@@ -6,7 +6,7 @@ change only the instance counts (`SCALE_WHITELIST`), a config update only whitel
 instances that stay. Its specs go to the config directory, the next generation of the job file to job.json,
 and the job supervisor gets SIGHUP: it drains and stops removed instances (through the controller: the
 coordinators stop routing to them before their engines finish what they serve and stop), restarts the
-components whose spec changed and starts new instances. This command prints the supervisor's steps, waits
+components whose spec changed and starts new instances. This command reports the supervisor's steps, waits
 until the job is ready again (new instances active, removed ones gone), and only then makes the new config the
 baseline.
 
@@ -17,10 +17,9 @@ change takes effect at its next restart, so that its engine is not restarted for
 import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -32,22 +31,23 @@ from motor.config.whitelist import (
     changed_paths,
     refused_changes,
 )
+from motor.deploy.errors import DeployError, Refused, UpdateFailed, UsageError
 from motor.deploy.local.component import STARTUP_TIMEOUT_S
 from motor.deploy.local.deploy import (
     READY_TIMEOUT_S,
-    DeployFailed,
     config_documents,
     current_state,
     wait_ready,
     write_config_files,
 )
+from motor.deploy.local.events import Progress, UpdateStep, Updating, ignore
 from motor.deploy.local.job import JobFile, job_from_plan, read_job, write_job
 from motor.deploy.local.probes import port_in_use
+from motor.deploy.local.results import Unchanged, Updated
 from motor.deploy.local.state import RunState, UpdateRecord, job_dir
 from motor.deploy.local.stop import JOB_STOP_GRACE_S
 from motor.deploy.plan import Plan, build_plan
 from motor.protocol.specs import spec_file_name
-from motor.runtime.logs import tail
 from motor.runtime.processes import Identity
 
 POLL_S = 0.1
@@ -61,55 +61,44 @@ def update_local(
     *,
     scale: bool,
     ready_timeout: float = READY_TIMEOUT_S,
-    out: TextIO | None = None,
-) -> int:
-    """Scale (`scale`) or update the config of the running local job of `topology`'s job_id; an exit code."""
-    out = out or sys.stdout
+    progress: Progress = ignore,
+) -> Updated | Unchanged:
+    """Scale (`scale`) or update the config of the running local job of `topology`'s job_id."""
     option = SCALE if scale else UPDATE
     job_id = topology.user.motor_deploy_config.job_id
     run_dir = job_dir(run_root, job_id)
     state = current_state(run_dir)
     if state is None:
-        _fail(
-            option,
+        raise DeployError(
             f"no local job {job_id!r} runs in {run_dir.parent}; deploy it first with `motor deploy` (a "
-            "Kubernetes deployment is updated when the config sets its deploy_mode)",
+            "Kubernetes deployment is updated when the config sets its deploy_mode)"
         )
-        return 1
     refusal = _refuse_state(state, job_id, run_root)
-    baseline = None if refusal else _baseline(state)
-    if isinstance(baseline, str) or refusal:
-        _fail(option, refusal or str(baseline))
-        return 1
-    assert baseline is not None
+    if refusal:
+        raise DeployError(refusal)
+    user_baseline, env_baseline, current = _baseline(state)
     user, env = config_documents(topology)
-    if _refused(option, user, env, baseline[0], baseline[1]):
-        return 1
-    changed = changed_paths(user, baseline[0])
+    _check_refused(option, user, env, user_baseline, env_baseline)
+    changed = changed_paths(user, user_baseline)
     if not changed:
-        what = "the instance counts equal" if scale else "the config equals"
-        print(f"nothing to {'scale' if scale else 'update'}: {what} the running job's ({run_dir})", file=out)
-        return 0
+        return Unchanged(scale, run_dir)
 
-    current = baseline[2]
     kept = {c.name: c.ordinal for c in current.components if c.ordinal is not None}
     try:
         plan = build_plan(
             topology, target="local", config_dir=state.config_dir, run_dir=state.run_dir, kept_ordinals=kept
         )
     except ConfigError as exc:
-        _fail(option, f"{len(exc.issues)} problem(s) in the new plan:")
-        for issue in exc.issues:
-            print(f"  {issue}", file=sys.stderr)
-        return 2
+        raise UsageError(
+            f"{len(exc.issues)} problem(s) in the new plan:", details=[str(issue) for issue in exc.issues]
+        ) from exc
     # A config update leaves node managers running (their change waits for their next restart); a scale
     # restarts whatever changed, which is nothing that stays: kept ordinals keep their specs as they were.
     deferred = {} if scale else {c.name: c.revision for c in current.components if c.kind == "node_manager"}
     job = job_from_plan(plan, run_dir, generation=current.generation + 1, kept_revisions=deferred)
     port_problem = _port_problem(plan, current)
     if port_problem:
-        _fail(option, port_problem)
-        return 1
+        raise DeployError(port_problem)
 
     began = time.monotonic()
     waiting = _waiting(plan, Path(state.config_dir), deferred)
@@ -117,43 +106,33 @@ def update_local(
     restarting = [
         c.name for c in job.components if (old := current.component(c.name)) and old.revision != c.revision
     ]
-    print(f"{'scaling' if scale else 'updating'} local job {job_id} ({', '.join(changed)})", file=out)
+    progress(Updating(job_id, scale, changed))
     for name, text in plan.files.items():
         (Path(state.config_dir) / name).write_text(text, encoding="utf-8")
     write_job(run_dir, job)
     assert state.supervisor is not None
     os.kill(state.supervisor.pid, signal.SIGHUP)
     try:
-        update = _follow(run_dir, job, out, began)
+        update = _follow(run_dir, job, progress, began)
         if update.status == "failed":
-            raise DeployFailed(f"the supervisor could not apply the update: {update.error}")
+            raise DeployError(f"the supervisor could not apply the update: {update.error}")
         wait_ready(
             state,
             {c.name for c in plan.node_managers},
-            out,
+            progress,
             began,
             ready_timeout,
             absent=frozenset(removed),
         )
-    except DeployFailed as exc:
-        _fail(option, str(exc))
-        if exc.log is not None:
-            print(f"--- last lines of {exc.log} ---\n{tail(exc.log)}\n---", file=sys.stderr)
-        print(
-            f"the job runs what the supervisor reports in `motor status --job-id {job_id}`; the deployed "
-            "config stays the baseline: fix the cause and run the update again",
-            file=sys.stderr,
-        )
-        return 1
+    except DeployError as exc:
+        raise UpdateFailed(exc.message, job_id=job_id, log=exc.log) from exc
     for name in removed:
         (Path(state.config_dir) / spec_file_name(name)).unlink(missing_ok=True)
     write_config_files(plan, topology, run_dir)
-    _summary(plan, job_id, scale, restarting, waiting, time.monotonic() - began, out)
-    return 0
-
-
-def _fail(option: str, message: str) -> None:
-    print(f"motor deploy {option}: {message}", file=sys.stderr)
+    per_role: dict[str, int] = {}
+    for component in plan.node_managers:
+        per_role[str(component.role)] = per_role.get(str(component.role), 0) + 1
+    return Updated(job_id, scale, per_role, restarting, waiting, time.monotonic() - began)
 
 
 def _refuse_state(state: RunState, job_id: str, run_root: Path) -> str | None:
@@ -170,38 +149,39 @@ def _refuse_state(state: RunState, job_id: str, run_root: Path) -> str | None:
     return None
 
 
-def _baseline(state: RunState) -> tuple[dict[str, Any], dict[str, Any], JobFile] | str:
-    """The deployed user_config.json, env.json and job file, or why they cannot be read."""
+def _baseline(state: RunState) -> tuple[dict[str, Any], dict[str, Any], JobFile]:
+    """The deployed user_config.json, env.json and job file; DeployError when they cannot be read."""
     config_dir = Path(state.config_dir)
     try:
         user = json.loads((config_dir / "user_config.json").read_text(encoding="utf-8"))
         env = json.loads((config_dir / "env.json").read_text(encoding="utf-8"))
         return user, env, read_job(Path(state.run_dir))
     except (OSError, ValueError, ValidationError) as exc:
-        return (
+        raise DeployError(
             f"cannot read the deployed baseline in {state.run_dir} ({exc}); redeploy the job "
             "(`motor stop`, then `motor deploy`)"
-        )
+        ) from exc
 
 
-def _refused(
+def _check_refused(
     option: str, user: dict[str, Any], env: dict[str, Any], old_user: dict[str, Any], old_env: dict[str, Any]
-) -> bool:
+) -> None:
+    """Refused when a change is not on the option's whitelist (or env.json changed)."""
     whitelist = SCALE_WHITELIST if option == SCALE else UPDATE_WHITELIST
     refused = refused_changes(user, old_user, whitelist)
     refused += [f"env.json:{path}" for path in changed_paths(env, old_env)]
     if not refused:
-        return False
+        return
     if option == SCALE:
         allowed = "only changes " + ", ".join(sorted(INSTANCE_COUNT_KEYS))
     else:
         allowed = "only changes log_level and the coordinator's exception_config and timeout_config"
-    _fail(option, f"refused: it {allowed}; these changes need a redeploy (`motor stop`, `motor deploy`):")
-    for path in refused:
-        print(f"  {path}", file=sys.stderr)
-    if option == UPDATE and any(path.rsplit(".", 1)[-1] in INSTANCE_COUNT_KEYS for path in refused):
-        print(f"motor deploy: change instance counts with {SCALE}", file=sys.stderr)
-    return True
+    counts = option == UPDATE and any(path.rsplit(".", 1)[-1] in INSTANCE_COUNT_KEYS for path in refused)
+    raise Refused(
+        f"refused: it {allowed}; these changes need a redeploy (`motor stop`, `motor deploy`):",
+        details=refused,
+        hint=f"change instance counts with {SCALE}" if counts else None,
+    )
 
 
 def _port_problem(plan: Plan, current: JobFile) -> str | None:
@@ -238,48 +218,24 @@ def _waiting(plan: Plan, config_dir: Path, deferred: dict[str, str]) -> list[str
     return names
 
 
-def _follow(run_dir: Path, job: JobFile, out: TextIO, began: float) -> UpdateRecord:
-    """Print the supervisor's steps for `job`'s generation until it applied it."""
-    printed = 0
+def _follow(run_dir: Path, job: JobFile, progress: Progress, began: float) -> UpdateRecord:
+    """Report the supervisor's steps for `job`'s generation until it applied it."""
+    reported = 0
     deadline = time.monotonic() + JOB_STOP_GRACE_S + STARTUP_TIMEOUT_S * (len(job.components) + 1)
     while True:
         state = current_state(run_dir)
         supervisor = state.supervisor if state is not None else None
         if state is None or supervisor is None:
-            raise DeployFailed(f"{run_dir}/state.json vanished during the update")
+            raise DeployError(f"{run_dir}/state.json vanished during the update")
         if not Identity(supervisor.pid, supervisor.start_ticks).alive():
-            raise DeployFailed("the job supervisor exited during the update", Path(supervisor.log))
+            raise DeployError("the job supervisor exited during the update", log=Path(supervisor.log))
         update = state.update
         if update is not None and update.generation == job.generation:
-            for step in update.steps[printed:]:
-                print(f"  [{time.monotonic() - began:6.1f}s] {step}", file=out)
-            printed = len(update.steps)
+            for step in update.steps[reported:]:
+                progress(UpdateStep(time.monotonic() - began, step))
+            reported = len(update.steps)
             if update.status != "running":
                 return update
         if time.monotonic() > deadline:
-            raise DeployFailed("the job supervisor did not apply the update in time", Path(supervisor.log))
+            raise DeployError("the job supervisor did not apply the update in time", log=Path(supervisor.log))
         time.sleep(POLL_S)
-
-
-def _summary(
-    plan: Plan,
-    job_id: str,
-    scale: bool,
-    restarted: list[str],
-    waiting: list[str],
-    seconds: float,
-    out: TextIO,
-) -> None:
-    if scale:
-        per_role: dict[str, int] = {}
-        for component in plan.node_managers:
-            per_role[str(component.role)] = per_role.get(str(component.role), 0) + 1
-        counts = ", ".join(f"{count} {role}" for role, count in per_role.items())
-        print(f"scaled job {job_id} to {counts} in {seconds:.1f} s", file=out)
-    else:
-        print(
-            f"updated job {job_id} in {seconds:.1f} s; restarted: {', '.join(restarted) or 'nothing'}",
-            file=out,
-        )
-    if waiting:
-        print(f"takes effect when they next restart: {', '.join(waiting)}", file=out)

@@ -1,4 +1,4 @@
-"""The job supervisor of a local job: `python -m motor.deploy.local.supervisor --run-dir DIR`.
+"""The job supervisor of a local job: `python -m motor.deploy.local.job_supervisor --run-dir DIR`.
 
 `motor deploy` starts one per job, detached (its own session, adopted by init; output in
 `logs/supervisor.log`), and follows its progress in state.json. It starts the components of the job file (`job.json`) in order, waiting for each
@@ -48,7 +48,7 @@ from motor.protocol.controller import TerminateRequest, bearer
 from motor.runtime.processes import DEPLOY_GRACE_S, NODE_MANAGER_GRACE_S, start_ticks, stop_all
 from motor.runtime.tls import client_context
 
-log = logging.getLogger("motor.deploy.local.supervisor")
+log = logging.getLogger("motor.deploy.local.job_supervisor")
 
 # The controller answers a terminate once the node manager stopped its engine (or after its own timeout).
 TERMINATE_TIMEOUT_S = NODE_MANAGER_GRACE_S
@@ -320,7 +320,7 @@ async def supervise(run_dir: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m motor.deploy.local.supervisor", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m motor.deploy.local.job_supervisor", description=__doc__)
     parser.add_argument("--run-dir", required=True, type=Path, help="the job's run directory")
     args = parser.parse_args(argv)
     # Detach: the process `motor deploy` started exits at once and the supervisor carries on in a child that
