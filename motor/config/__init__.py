@@ -2,7 +2,8 @@
 
 from motor.config.errors import ConfigError, ConfigIssue
 from motor.config.loader import ConfigPathError, load_config, load_documents, resolve_config_paths
-from motor.config.topology import RoleSpec, Topology
+from motor.config.roles import RoleSpec
+from motor.config.topology import Topology
 
 __all__ = [
     "ConfigError",

@@ -12,18 +12,14 @@ move; the new instances take the smallest ordinals no kept instance holds.
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from motor.config.compat import engine_option
 from motor.config.models import UserConfig
+from motor.config.roles import Role, RoleSpec
 from motor.config.transfer import transfer_config_key
 from motor.kv.connectors import serves_bootstrap
 from motor.kv.levels import transfer_kv_port, transfer_level
 from motor.kv.pool import KvCachePoolConfig
-
-if TYPE_CHECKING:
-    from motor.config.topology import Role, RoleSpec
-
 
 # Deploy modes whose engines share one host (and so its ports and IPC paths).
 SHARED_HOST_MODES = ("local", "single_container")
@@ -48,9 +44,7 @@ class InstancePorts:
     kv_bootstrap_port: int | None = None
 
 
-def instance_ports(
-    roles: "dict[Role, RoleSpec]", kept: Mapping[str, int] | None = None
-) -> list[InstancePorts]:
+def instance_ports(roles: dict[Role, RoleSpec], kept: Mapping[str, int] | None = None) -> list[InstancePorts]:
     """Every instance's ports, in order prefill, decode, union; `kept` maps instance names to the ordinals they
     keep (names of instances the roles no longer have are ignored)."""
     names = [f"{spec.role}-{index}" for spec in roles.values() for index in range(spec.instances)]
@@ -87,7 +81,7 @@ PRODUCER_ROLES = ("prefill", "union")
 SGLANG_DEFAULT_BOOTSTRAP_PORT = 8998
 
 
-def kv_bootstrap_base(spec: "RoleSpec") -> int | None:
+def kv_bootstrap_base(spec: RoleSpec) -> int | None:
     """Where a producer serves its KV bootstrap endpoint: SGLang's prefill on `disaggregation_bootstrap_port`
     (8998), a vLLM producer on its transfer connector's kv_port when that connector serves one."""
     if spec.engine_type == "sglang":
@@ -165,7 +159,7 @@ def collisions(uses: list[PortUse]) -> list[tuple[PortUse, PortUse]]:
 
 
 def pod_port_uses(
-    user: UserConfig, roles: "dict[Role, RoleSpec]", pool: KvCachePoolConfig | None
+    user: UserConfig, roles: dict[Role, RoleSpec], pool: KvCachePoolConfig | None
 ) -> dict[str, list[PortUse]]:
     """The ports each pod of a multi-pod deployment listens on, by pod (one entry per engine role)."""
     pods = {"coordinator": coordinator_port_uses(user)}
@@ -198,7 +192,7 @@ def pod_port_uses(
 
 
 def local_port_uses(
-    user: UserConfig, roles: "dict[Role, RoleSpec]", pool: KvCachePoolConfig | None
+    user: UserConfig, roles: dict[Role, RoleSpec], pool: KvCachePoolConfig | None
 ) -> list[PortUse]:
     uses = [
         *coordinator_port_uses(user),

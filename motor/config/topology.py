@@ -15,7 +15,6 @@ from motor.config.models import (
     LEGACY_DEPLOY_MODE_PROFILE,
     EngineSection,
     EnvConfig,
-    NodeManagerConfig,
     UserConfig,
 )
 from motor.config.ports import (
@@ -26,6 +25,7 @@ from motor.config.ports import (
     local_port_uses,
     pod_port_uses,
 )
+from motor.config.roles import ROLE_KV, Role, RoleSpec
 from motor.config.tls import TlsSettings, resolve_tls
 from motor.config.transfer import (
     apply_role,
@@ -40,8 +40,6 @@ from motor.kv.pool import KvCachePoolConfig
 from motor.kv.profile import ProfileError, ProfileResolution, resolve_profile
 from motor.kv.store_ids import store_lookup_ids
 
-Role = Literal["prefill", "decode", "union"]
-ROLE_KV = {"prefill": "kv_producer", "decode": "kv_consumer", "union": "kv_both"}
 # Transfer timeouts engines take from the environment, with the factor that turns their unit into milliseconds.
 TRANSFER_TIMEOUT_VARS = {
     "ASCEND_CONNECT_TIMEOUT": ("ms", 1.0),
@@ -50,20 +48,6 @@ TRANSFER_TIMEOUT_VARS = {
 }
 HASH_SEED_VAR = "PYTHONHASHSEED"
 DEFAULT_HASH_SEED = "0"
-
-
-@dataclass(frozen=True)
-class RoleSpec:
-    role: Role
-    section_path: str
-    instances: int
-    pods_per_instance: int
-    accelerators_per_pod: int
-    engine_type: str
-    engine_config: dict[str, Any]
-    env: dict[str, str]
-    node_manager: NodeManagerConfig
-    node_manager_path: str = NODE_MANAGER_KEY  # where node_manager came from (an engine section may nest one)
 
 
 Target = Literal["local", "kubernetes"]

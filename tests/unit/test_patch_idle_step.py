@@ -8,7 +8,7 @@ import pytest
 
 from motor.engine.patches import idle_step
 from motor.engine.patches.facts import Facts, engine_idle_step_sleeps_fixed, gather_facts
-from motor.engine.patches.registry import PATCHED_MARK, PatchTargetError
+from motor.engine.patches.patch import PATCHED_MARK, PatchTargetError
 
 # The shape of vLLM 0.32's EngineCoreProc._process_engine_step (written for the test, not copied).
 FIXED_SLEEP_SOURCE = '''

@@ -12,7 +12,8 @@ import pytest
 from motor.cli.patch import status_report
 from motor.engine.patches import connector_metrics, cpu, multi_connector, runtime, shm_spin
 from motor.engine.patches.facts import Facts, gather_facts, shm_reader_spins_one_second
-from motor.engine.patches.registry import PatchTargetError, known_patches
+from motor.engine.patches.patch import PatchTargetError
+from motor.engine.patches.registry import known_patches
 
 VLLM_INSTALLED = importlib.util.find_spec("vllm") is not None
 OLD_ASCEND = Facts(vllm_version="0.11.0", vllm_ascend_version="0.11.0rc1")

@@ -9,15 +9,9 @@ eviction watermark. Both objects carry the job's owner labels; a Prometheus whos
 ruleSelector asks for more labels has to be told about them.
 """
 
-from typing import TYPE_CHECKING, Any
-
+from motor.deploy.k8s.context import Manifest, ManifestContext
 from motor.deploy.k8s.labels import NAME_LABEL
 from motor.deploy.prometheus import METRICS_PATH, component_endpoints, rule_groups
-
-if TYPE_CHECKING:
-    from motor.deploy.k8s.manifests import ManifestContext
-
-Manifest = dict[str, Any]
 
 OPERATOR_API = "monitoring.coreos.com/v1"
 MONITOR_NAME = "motor"
@@ -30,7 +24,7 @@ POD_NAME_META = "__meta_kubernetes_pod_label_" + NAME_LABEL.replace(".", "_").re
 )
 
 
-def dashboard_config_map(context: "ManifestContext") -> Manifest:
+def dashboard_config_map(context: ManifestContext) -> Manifest:
     from motor.observability.dashboard import dashboard_json
 
     return {
@@ -41,7 +35,7 @@ def dashboard_config_map(context: "ManifestContext") -> Manifest:
     }
 
 
-def operator_objects(context: "ManifestContext", pod_of: dict[str, str]) -> list[Manifest]:
+def operator_objects(context: ManifestContext, pod_of: dict[str, str]) -> list[Manifest]:
     """The PodMonitor (and the PrometheusRule when there is a pool). `pod_of` maps each component to the
     `app.kubernetes.io/name` of the pod it runs in."""
     objects = [pod_monitor(context, pod_of)]
@@ -58,7 +52,7 @@ def operator_objects(context: "ManifestContext", pod_of: dict[str, str]) -> list
     return objects
 
 
-def pod_monitor(context: "ManifestContext", pod_of: dict[str, str]) -> Manifest:
+def pod_monitor(context: ManifestContext, pod_of: dict[str, str]) -> Manifest:
     plan = context.plan
     endpoints = []
     for component in plan.components:
@@ -82,7 +76,7 @@ def pod_monitor(context: "ManifestContext", pod_of: dict[str, str]) -> Manifest:
         "kind": "PodMonitor",
         "metadata": context.metadata(MONITOR_NAME),
         "spec": {
-            "selector": {"matchLabels": context.selector_of_job()},
+            "selector": {"matchLabels": context.job_selector()},
             "podMetricsEndpoints": endpoints,
         },
     }

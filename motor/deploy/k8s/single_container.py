@@ -10,23 +10,30 @@ alive. The pod runs the engines, so it is hardened as an engine pod is (hardenin
 
 import re
 import shlex
-from typing import TYPE_CHECKING, Any
 
 from motor.deploy.k8s import hardening
+from motor.deploy.k8s.context import Manifest, ManifestContext
 from motor.deploy.k8s.labels import COMPONENT_LABEL, NAME_LABEL
+from motor.deploy.k8s.pod_parts import (
+    accelerator_resources,
+    config_volume,
+    container_env,
+    control_resources,
+    probes,
+    weight_mount,
+    weight_volume,
+)
 from motor.deploy.k8s.secrets import tls_mounts, tls_volume, tls_volume_mount
+from motor.deploy.k8s.workloads import component_services, deployment
 from motor.deploy.plan import COORDINATOR, POD_IP_REF, Component, SecretEnv
 from motor.deploy.prometheus import component_endpoints
 from motor.protocol import env as env_names
-
-if TYPE_CHECKING:
-    from motor.deploy.k8s.manifests import ManifestContext
 
 NAME = "single-container"
 _SHELL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def single_container_objects(context: "ManifestContext") -> list[dict[str, Any]]:
+def single_container_objects(context: ManifestContext) -> list[Manifest]:
     plan = context.plan
     shared = shared_env(plan.components)
     secret_env = pod_secret_env(plan.components)
@@ -36,12 +43,12 @@ def single_container_objects(context: "ManifestContext") -> list[dict[str, Any]]
     tmp_volume, tmp_mount = hardening.tmp_volume()
     shm_volume, shm_mount = hardening.shm_volume(context.deploy.dshm_size)
     mounts = tls_mounts(component.spec for component in plan.components)
-    container: dict[str, Any] = {
+    container: Manifest = {
         "name": "motor",
         "image": context.image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["/bin/sh", "-c", supervisor_script(plan.components, shared)],
-        "env": context.env(shared, secret_env),
+        "env": container_env(shared, secret_env),
         "ports": [
             {"name": name, "containerPort": port, "protocol": "TCP"}
             for component in plan.components
@@ -54,13 +61,13 @@ def single_container_objects(context: "ManifestContext") -> list[dict[str, Any]]
             for component in plan.node_managers
             for endpoint in component_endpoints(component)
         ],
-        **context.probes(plan.component(COORDINATOR)),
+        **probes(plan.component(COORDINATOR)),
         "volumeMounts": [
             {"name": "config", "mountPath": plan.config_dir, "readOnly": True},
             {"name": "run", "mountPath": plan.run_dir},
             tmp_mount,
             shm_mount,
-            context.weight_mount(),
+            weight_mount(context),
             *(tls_volume_mount(mount) for mount in mounts),
         ],
         "securityContext": hardening.container_security(as_root=as_root, read_only_root=False),
@@ -71,36 +78,34 @@ def single_container_objects(context: "ManifestContext") -> list[dict[str, Any]]
         "securityContext": hardening.pod_security(as_root=as_root),
         "containers": [container],
         "volumes": [
-            context.config_volume(),
+            config_volume(),
             {"name": "run", "emptyDir": {}},
             tmp_volume,
             shm_volume,
-            context.weight_volume(),
+            weight_volume(context),
             *(tls_volume(mount) for mount in mounts),
         ],
     }
     labels = {NAME_LABEL: NAME, COMPONENT_LABEL: NAME}
     coordinator = plan.component(COORDINATOR)
     return [
-        context.deployment_object(
-            NAME, labels, 1, pod_spec, recreate=True, metrics_port=coordinator.ports["mgmt"]
-        ),
-        *context.services(coordinator, NAME),
+        deployment(context, NAME, labels, 1, pod_spec, recreate=True, metrics_port=coordinator.ports["mgmt"]),
+        *component_services(context, coordinator, NAME),
     ]
 
 
-def pod_resources(context: "ManifestContext") -> dict[str, Any]:
+def pod_resources(context: ManifestContext) -> Manifest:
     """The accelerators of every engine, and the control components' CPU and memory as requests (the
     engines share the pod's memory, so it is not limited)."""
-    requests: dict[str, Any] = {}
-    limits: dict[str, Any] = {}
-    accelerators = context.accelerator_resources(sum(c.accelerators for c in context.plan.node_managers))
+    requests: Manifest = {}
+    limits: Manifest = {}
+    accelerators = accelerator_resources(context, sum(c.accelerators for c in context.plan.node_managers))
     if accelerators:
         requests.update(accelerators["requests"])
         limits.update(accelerators["limits"])
     control = [c.kind for c in context.plan.components if c.kind != "node_manager"]
-    cpu = sum(hardening.milli_cpu(context.control_resources(kind).cpu) for kind in control)
-    memory = sum(hardening.mebi(context.control_resources(kind).memory) for kind in control)
+    cpu = sum(hardening.milli_cpu(control_resources(context, kind).cpu) for kind in control)
+    memory = sum(hardening.mebi(control_resources(context, kind).memory) for kind in control)
     requests.update(cpu=f"{cpu}m", memory=f"{memory}Mi")
     return {"requests": requests, **({"limits": limits} if limits else {})}
 

@@ -11,7 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from motor.engine.patches.facts import UNLISTED_METRICS_ASSERTION, Facts
-from motor.engine.patches.registry import Decision, Patch, PatchTargetError, replace_method
+from motor.engine.patches.patch import Decision, Patch, PatchTargetError, replace_method
 
 TARGET = "vllm.distributed.kv_transfer.kv_connector.v1.multi_connector"
 METRICS_CLASS = "MultiKVConnectorPromMetrics"

@@ -8,7 +8,7 @@ from types import ModuleType
 from typing import Any
 
 from motor.engine.patches.facts import ACCELERATOR_INDEX_CALL, Facts, is_cpu_build
-from motor.engine.patches.registry import Decision, Patch, PatchTargetError, replace_method
+from motor.engine.patches.patch import Decision, Patch, PatchTargetError, replace_method
 
 # ---- CUDA builds of torch extensions next to a CPU torch ---------------------------------------------------
 

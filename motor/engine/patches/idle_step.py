@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from motor.engine.patches.facts import Facts
-from motor.engine.patches.registry import (
+from motor.engine.patches.patch import (
     Decision,
     Patch,
     PatchTargetError,

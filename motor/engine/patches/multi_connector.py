@@ -13,7 +13,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from motor.engine.patches.facts import Facts
-from motor.engine.patches.registry import Decision, Patch, PatchTargetError, replace_method
+from motor.engine.patches.patch import Decision, Patch, PatchTargetError, replace_method
 
 FIXED_IN = Version("0.17.0rc2")
 TARGET = "vllm.distributed.kv_transfer.kv_connector.v1.multi_connector"

@@ -10,7 +10,8 @@ from types import ModuleType
 from typing import Any
 
 from motor.engine.patches.facts import Facts, accelerator_available, gather_facts
-from motor.engine.patches.registry import Patch, PatchTargetError, decide_all
+from motor.engine.patches.patch import Patch, PatchTargetError
+from motor.engine.patches.registry import decide_all
 
 log = logging.getLogger("motor.engine.patches")
 ModuleCallback = Callable[[ModuleType], None]

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 
 from motor.engine.patches.facts import SHM_SPIN_ENVS, Facts
-from motor.engine.patches.registry import (
+from motor.engine.patches.patch import (
     PATCHED_MARK,
     Decision,
     Patch,
