@@ -26,9 +26,9 @@ from motor.coordinator.dispatch.request import Dispatch, new_request_id
 from motor.coordinator.dispatch.retry import open_with_retries
 from motor.coordinator.errors import HttpError
 from motor.coordinator.health import health, version
+from motor.coordinator.http.server import HttpServer, coordinator_server
 from motor.coordinator.relay import relay_full, relay_stream
 from motor.coordinator.requests import Api, parse_request
-from motor.coordinator.server import HttpServer, coordinator_server
 from motor.coordinator.sse import error_events
 from motor.protocol.specs import TlsFiles
 

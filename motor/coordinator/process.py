@@ -13,9 +13,15 @@ from motor.coordinator.app_callback import CallbackApp
 from motor.coordinator.app_infer import inference_server
 from motor.coordinator.app_mgmt import ManagementApp
 from motor.coordinator.core import Core
+from motor.coordinator.http.server import (
+    HttpServer,
+    coordinator_server,
+    listen_socket,
+    serve,
+    servers_started,
+)
 from motor.coordinator.metrics import CoordinatorMetrics, InfoCollector, InstanceCollector
 from motor.coordinator.registry import InstanceRegistry
-from motor.coordinator.server import HttpServer, coordinator_server, listen_socket, serve, servers_started
 from motor.coordinator.settings import CoordinatorSettings
 from motor.protocol.instances import InstanceEvent, RefreshResult
 

@@ -25,10 +25,10 @@ from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 
 from motor import __version__
 from motor.coordinator.app_mgmt import ManagementApp
+from motor.coordinator.http.server import GRACEFUL_SHUTDOWN_SECONDS, coordinator_server, listen_socket, serve
 from motor.coordinator.limits import SharedState
 from motor.coordinator.metrics import InfoCollector, InstanceCollector
 from motor.coordinator.registry import InstanceRegistry
-from motor.coordinator.server import GRACEFUL_SHUTDOWN_SECONDS, coordinator_server, listen_socket, serve
 from motor.coordinator.settings import CoordinatorSettings
 from motor.protocol.instances import InstanceEvent, RefreshResult
 from motor.protocol.workers import TO_SUPERVISOR, InstanceSet, InstanceSetAck, ToSupervisor, WorkerReady

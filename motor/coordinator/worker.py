@@ -20,9 +20,9 @@ from prometheus_client import CollectorRegistry
 from motor.coordinator.app_callback import CallbackApp
 from motor.coordinator.app_infer import inference_server
 from motor.coordinator.core import Core
+from motor.coordinator.http.server import coordinator_server, listen_socket, serve
 from motor.coordinator.limits import SharedState
 from motor.coordinator.metrics import CoordinatorMetrics
-from motor.coordinator.server import coordinator_server, listen_socket, serve
 from motor.coordinator.settings import CoordinatorSettings
 from motor.protocol.instances import InstanceEvent
 from motor.protocol.specs import CoordinatorSpec, load_spec

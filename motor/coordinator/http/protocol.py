@@ -31,7 +31,7 @@ from motor.coordinator.asgi import COMPLETE_BODY, ON_DISCONNECT, Message, send_e
 from motor.coordinator.errors import HttpError, bad_request
 
 if TYPE_CHECKING:
-    from motor.coordinator.server import HttpServer
+    from motor.coordinator.http.server import HttpServer
 
 log = logging.getLogger(__name__)
 

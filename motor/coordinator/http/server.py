@@ -12,7 +12,7 @@ import socket
 from typing import Any
 
 from motor.config.models import CoordinatorConfig
-from motor.coordinator.http_protocol import HttpConnection
+from motor.coordinator.http.protocol import HttpConnection
 from motor.protocol.specs import TlsFiles
 from motor.runtime.tls import server_context
 
