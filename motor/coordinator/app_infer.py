@@ -6,7 +6,12 @@ import re
 import time
 from collections.abc import Collection
 
-from motor.coordinator.asgi import (
+from motor.coordinator.core import Core
+from motor.coordinator.dispatch.failures import ABORTS, EngineRejected, LegFailure
+from motor.coordinator.dispatch.request import Dispatch, new_request_id
+from motor.coordinator.dispatch.retry import open_with_retries
+from motor.coordinator.health import health, version
+from motor.coordinator.http.asgi import (
     CLOSE,
     ON_DISCONNECT,
     Receive,
@@ -20,16 +25,11 @@ from motor.coordinator.asgi import (
     send_error,
     send_json,
 )
-from motor.coordinator.core import Core
-from motor.coordinator.dispatch.failures import ABORTS, EngineRejected, LegFailure
-from motor.coordinator.dispatch.request import Dispatch, new_request_id
-from motor.coordinator.dispatch.retry import open_with_retries
-from motor.coordinator.errors import HttpError
-from motor.coordinator.health import health, version
+from motor.coordinator.http.errors import HttpError
 from motor.coordinator.http.server import HttpServer, coordinator_server
+from motor.coordinator.http.sse import error_events
 from motor.coordinator.relay import relay_full, relay_stream
 from motor.coordinator.requests import Api, parse_request
-from motor.coordinator.sse import error_events
 from motor.protocol.specs import TlsFiles
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ import secrets
 from dataclasses import dataclass
 
 from motor.config.models import ApiKeyConfig
-from motor.coordinator.errors import HttpError
+from motor.coordinator.http.errors import HttpError
 from motor.coordinator.limits import ClientBuckets
 
 HASHED_KEY = re.compile(r"^([^:]+):(\d+):([0-9a-fA-F]{64})$")

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 from motor.coordinator.auth import ApiKeyVerifier
 from motor.coordinator.dispatch.callbacks import CallbackRegistry
 from motor.coordinator.dispatch.observe import MetricsObserver
+from motor.coordinator.http.upstream import UpstreamPool
 from motor.coordinator.limits import InFlightLimit, SharedState, TokenBucket
 from motor.coordinator.metrics import CoordinatorMetrics
 from motor.coordinator.registry import InstanceRegistry
 from motor.coordinator.scheduling.health import StallPolicy
 from motor.coordinator.scheduling.scheduler import Scheduler
 from motor.coordinator.settings import CoordinatorSettings
-from motor.coordinator.upstream import UpstreamPool
 from motor.runtime.backoff import Backoff
 
 if TYPE_CHECKING:

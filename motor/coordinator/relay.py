@@ -7,12 +7,12 @@ and `data: [DONE]`.
 
 import time
 
-from motor.coordinator import jsonio
-from motor.coordinator.asgi import JSON, Send
 from motor.coordinator.dispatch.attempt import Attempt
 from motor.coordinator.dispatch.failures import LegFailure
-from motor.coordinator.sse import USAGE_MARK, error_events, rewrite_usage_events, set_cached_tokens
-from motor.coordinator.upstream import UpstreamError
+from motor.coordinator.http import jsonio
+from motor.coordinator.http.asgi import JSON, Send
+from motor.coordinator.http.sse import USAGE_MARK, error_events, rewrite_usage_events, set_cached_tokens
+from motor.coordinator.http.upstream import UpstreamError
 
 STREAM_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 

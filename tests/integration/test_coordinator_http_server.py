@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from motor.coordinator.asgi import ON_DISCONNECT, Receive, Scope, Send, read_body, send_bytes
+from motor.coordinator.http.asgi import ON_DISCONNECT, Receive, Scope, Send, read_body, send_bytes
 from motor.coordinator.http.server import HttpServer, listen_socket, serve
 from motor.protocol.specs import TlsFiles
 from motor.runtime.tls import client_context

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from motor.coordinator.errors import HttpError
+from motor.coordinator.http.errors import HttpError
 from motor.coordinator.requests import TRANSFER_FIELDS, ClientRequest, parse_request
 from motor.coordinator.shaping import decode_body, prefill_body
 from tests.unit.test_coordinator_scheduling import scheduler_with

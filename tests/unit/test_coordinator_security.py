@@ -9,7 +9,7 @@ import pytest
 
 from motor.config.models import ApiKeyConfig
 from motor.coordinator.auth import REFUSED_CACHE_LIMIT, ApiKeyVerifier, hash_api_key
-from motor.coordinator.errors import HttpError
+from motor.coordinator.http.errors import HttpError
 from motor.coordinator.limits import ClientBuckets, InFlightLimit, SharedState, TokenBucket
 
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from motor.coordinator import jsonio
 from motor.coordinator.dispatch.deadlines import prefill_budget
 from motor.coordinator.dispatch.failures import (
     EngineRejected,
@@ -47,11 +46,12 @@ from motor.coordinator.dispatch.states import (
     LegState,
     Phase,
 )
+from motor.coordinator.http import jsonio
+from motor.coordinator.http.sse import EVENT_END, SseSplitter, carries_output
+from motor.coordinator.http.upstream import UpstreamConnection, UpstreamError
 from motor.coordinator.registry import Target
 from motor.coordinator.scheduling.scheduler import Allocation
 from motor.coordinator.shaping import prefill_body
-from motor.coordinator.sse import EVENT_END, SseSplitter, carries_output
-from motor.coordinator.upstream import UpstreamConnection, UpstreamError
 from motor.runtime.backoff import Backoff
 
 if TYPE_CHECKING:

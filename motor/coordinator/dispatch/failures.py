@@ -30,7 +30,7 @@ class FailureRule:
 _LEG = FailureRule(True, True, 502, UPSTREAM_ERROR, "upstream_failed")
 
 FAILURES: dict[str, FailureRule] = {
-    # below HTTP: the kinds of motor.coordinator.upstream.UpstreamError
+    # below HTTP: the kinds of motor.coordinator.http.upstream.UpstreamError
     "connect": _LEG,
     "timeout": FailureRule(True, True, 504, UPSTREAM_ERROR, "read_timeout"),
     "closed": _LEG,

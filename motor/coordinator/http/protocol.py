@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import httptools
 
-from motor.coordinator.asgi import COMPLETE_BODY, ON_DISCONNECT, Message, send_error
-from motor.coordinator.errors import HttpError, bad_request
+from motor.coordinator.http.asgi import COMPLETE_BODY, ON_DISCONNECT, Message, send_error
+from motor.coordinator.http.errors import HttpError, bad_request
 
 if TYPE_CHECKING:
     from motor.coordinator.http.server import HttpServer

@@ -5,7 +5,7 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from motor.coordinator.errors import HttpError
+from motor.coordinator.http.errors import HttpError
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
