@@ -5,11 +5,11 @@ import contextlib
 import time
 from typing import TYPE_CHECKING
 
-from motor.coordinator.auth import ApiKeyVerifier
+from motor.coordinator.api.auth import ApiKeyVerifier
+from motor.coordinator.api.limits import InFlightLimit, SharedState, TokenBucket
 from motor.coordinator.dispatch.callbacks import CallbackRegistry
 from motor.coordinator.dispatch.observe import MetricsObserver
 from motor.coordinator.http.upstream import UpstreamPool
-from motor.coordinator.limits import InFlightLimit, SharedState, TokenBucket
 from motor.coordinator.metrics import CoordinatorMetrics
 from motor.coordinator.registry import InstanceRegistry
 from motor.coordinator.scheduling.health import StallPolicy

@@ -9,9 +9,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 
 from motor import __version__
-from motor.coordinator.app_callback import CallbackApp
-from motor.coordinator.app_infer import inference_server
-from motor.coordinator.app_mgmt import ManagementApp
+from motor.coordinator.api.callback_listener import CallbackApp
+from motor.coordinator.api.inference import inference_server
+from motor.coordinator.api.management import ManagementApp
 from motor.coordinator.core import Core
 from motor.coordinator.http.server import (
     HttpServer,

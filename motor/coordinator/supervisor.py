@@ -24,9 +24,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 
 from motor import __version__
-from motor.coordinator.app_mgmt import ManagementApp
+from motor.coordinator.api.limits import SharedState
+from motor.coordinator.api.management import ManagementApp
 from motor.coordinator.http.server import GRACEFUL_SHUTDOWN_SECONDS, coordinator_server, listen_socket, serve
-from motor.coordinator.limits import SharedState
 from motor.coordinator.metrics import InfoCollector, InstanceCollector
 from motor.coordinator.registry import InstanceRegistry
 from motor.coordinator.settings import CoordinatorSettings

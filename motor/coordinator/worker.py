@@ -17,11 +17,11 @@ from pathlib import Path
 import uvloop
 from prometheus_client import CollectorRegistry
 
-from motor.coordinator.app_callback import CallbackApp
-from motor.coordinator.app_infer import inference_server
+from motor.coordinator.api.callback_listener import CallbackApp
+from motor.coordinator.api.inference import inference_server
+from motor.coordinator.api.limits import SharedState
 from motor.coordinator.core import Core
 from motor.coordinator.http.server import coordinator_server, listen_socket, serve
-from motor.coordinator.limits import SharedState
 from motor.coordinator.metrics import CoordinatorMetrics
 from motor.coordinator.settings import CoordinatorSettings
 from motor.protocol.instances import InstanceEvent

@@ -6,11 +6,11 @@ import re
 import time
 from collections.abc import Collection
 
+from motor.coordinator.api.health import health, version
 from motor.coordinator.core import Core
 from motor.coordinator.dispatch.failures import ABORTS, EngineRejected, LegFailure
 from motor.coordinator.dispatch.request import Dispatch, new_request_id
 from motor.coordinator.dispatch.retry import open_with_retries
-from motor.coordinator.health import health, version
 from motor.coordinator.http.asgi import (
     CLOSE,
     ON_DISCONNECT,
