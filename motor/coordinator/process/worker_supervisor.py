@@ -4,7 +4,7 @@ supervises worker processes that share the inference port (SO_REUSEPORT).
 - Instance set: this process owns it; every refresh is pushed to all workers as the whole set, and the
   refresh is answered once every running worker acknowledged it (bounded wait), so a request accepted after
   the controller's push sees the new set whichever worker takes it.
-- Limits: the rate-limit bucket and the in-flight counters live in one shared file (see `limits.py`).
+- Limits: the rate-limit bucket and the in-flight counters live in one shared file (see `api/limits.py`).
 - Metrics: workers write prometheus_client multiprocess files, aggregated here on GET /metrics.
 - Workers that die are restarted (at most MAX_RESTARTS per RESTART_WINDOW_S each; beyond that liveness fails).
 """
@@ -186,7 +186,7 @@ class Supervisor:
                 [
                     sys.executable,
                     "-m",
-                    "motor.coordinator.worker",
+                    "motor.coordinator.process.worker",
                     "--spec",
                     str(self._spec_path),
                     "--index",

@@ -1,6 +1,7 @@
-"""One inference worker process of a multi-worker coordinator (started by `motor.coordinator.supervisor`).
+"""One inference worker process of a multi-worker coordinator (started by
+`motor.coordinator.process.worker_supervisor`).
 
-`python -m motor.coordinator.worker --spec FILE --index I --control-fd FD --state PATH`
+`python -m motor.coordinator.process.worker --spec FILE --index I --control-fd FD --state PATH`
 serves the OpenAI API on the shared inference port (SO_REUSEPORT) and decode callbacks on its own port, and
 takes its instance set from the supervisor over the control channel.
 """
@@ -29,7 +30,7 @@ from motor.protocol.specs import CoordinatorSpec, load_spec
 from motor.protocol.workers import TO_WORKER, InstanceSetAck, ToWorker, WorkerReady
 from motor.runtime.channel import Channel, open_channel
 
-log = logging.getLogger("motor.coordinator.worker")
+log = logging.getLogger("motor.coordinator.process.worker")
 
 
 async def _follow_supervisor(core: Core, channel: Channel[ToWorker]) -> None:
@@ -85,7 +86,7 @@ async def run_worker(settings: CoordinatorSettings, index: int, control_fd: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m motor.coordinator.worker", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m motor.coordinator.process.worker", description=__doc__)
     parser.add_argument("--spec", required=True, type=Path)
     parser.add_argument("--index", required=True, type=int)
     parser.add_argument("--control-fd", required=True, type=int)
