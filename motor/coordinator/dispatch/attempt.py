@@ -24,6 +24,7 @@ from motor.coordinator.dispatch.failures import (
     overloaded,
     retryable_status,
 )
+from motor.coordinator.dispatch.shaping import prefill_body
 from motor.coordinator.dispatch.states import (
     ABORTED,
     ADMITTED,
@@ -51,7 +52,6 @@ from motor.coordinator.http.sse import EVENT_END, SseSplitter, carries_output
 from motor.coordinator.http.upstream import UpstreamConnection, UpstreamError
 from motor.coordinator.registry import Target
 from motor.coordinator.scheduling.scheduler import Allocation
-from motor.coordinator.shaping import prefill_body
 from motor.runtime.backoff import Backoff
 
 if TYPE_CHECKING:

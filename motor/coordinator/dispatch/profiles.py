@@ -11,8 +11,8 @@ from typing import Any
 from motor.coordinator.dispatch.attempt import Attempt, Leg, PrefillResult
 from motor.coordinator.dispatch.callbacks import CallbackSlot
 from motor.coordinator.dispatch.failures import LegFailure, no_instance
+from motor.coordinator.dispatch.shaping import decode_body
 from motor.coordinator.registry import InstanceRegistry, Target
-from motor.coordinator.shaping import decode_body
 from motor.kv.connectors import DispatchProfile
 
 
