@@ -12,13 +12,13 @@ from motor.coordinator.dispatch.observe import MetricsObserver
 from motor.coordinator.http.upstream import UpstreamPool
 from motor.coordinator.metrics import CoordinatorMetrics
 from motor.coordinator.registry import InstanceRegistry
-from motor.coordinator.scheduling.health import StallPolicy
+from motor.coordinator.scheduling.prefill_stats import StallPolicy
 from motor.coordinator.scheduling.scheduler import Scheduler
 from motor.coordinator.settings import CoordinatorSettings
 from motor.runtime.backoff import Backoff
 
 if TYPE_CHECKING:
-    from motor.coordinator.dispatch.request import Dispatch
+    from motor.coordinator.dispatch.dispatch import Dispatch
 
 MAX_SWEEP_INTERVAL = 0.5
 

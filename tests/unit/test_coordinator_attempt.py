@@ -15,7 +15,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from motor.config.models import CoordinatorConfig
+from motor.coordinator.client_request import parse_request
 from motor.coordinator.core import Core
+from motor.coordinator.dispatch.dispatch import Dispatch
 from motor.coordinator.dispatch.failures import (
     ABORTS,
     FAILURES,
@@ -24,7 +26,6 @@ from motor.coordinator.dispatch.failures import (
     no_instance,
     retryable_status,
 )
-from motor.coordinator.dispatch.request import Dispatch
 from motor.coordinator.dispatch.states import (
     LEG_TRANSITIONS,
     PHASE_TRANSITIONS,
@@ -33,7 +34,6 @@ from motor.coordinator.dispatch.states import (
     Phase,
 )
 from motor.coordinator.metrics import CoordinatorMetrics
-from motor.coordinator.requests import parse_request
 from motor.coordinator.settings import CoordinatorSettings
 from motor.kv.connectors import DispatchProfile
 from motor.protocol.instances import InstanceEvent

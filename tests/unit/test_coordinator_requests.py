@@ -5,6 +5,12 @@ import json
 import pytest
 
 from motor.config.models import InputConfig
+from motor.coordinator.client_request import (
+    DEFAULT_MAX_NEW_TOKENS,
+    TRANSFER_FIELDS,
+    nesting_exceeds,
+    parse_request,
+)
 from motor.coordinator.dispatch.shaping import decode_body, prefill_body
 from motor.coordinator.http.errors import HttpError
 from motor.coordinator.http.sse import (
@@ -15,7 +21,6 @@ from motor.coordinator.http.sse import (
     rewrite_usage_events,
     set_cached_tokens,
 )
-from motor.coordinator.requests import DEFAULT_MAX_NEW_TOKENS, TRANSFER_FIELDS, nesting_exceeds, parse_request
 from tests.fixtures.hostile import HOSTILE_BODIES
 
 MODELS = frozenset({"m"})

@@ -6,7 +6,7 @@ import time
 from motor.coordinator.core import Core
 from motor.coordinator.dispatch.callbacks import CALLBACK_PATH_PREFIX
 from motor.coordinator.dispatch.failures import EngineRejected, LegFailure
-from motor.coordinator.dispatch.profiles import answer_prefill_callback
+from motor.coordinator.dispatch.flows import answer_prefill_callback
 from motor.coordinator.http.asgi import Receive, Scope, Send, not_found, read_body, send_bytes, send_error
 from motor.coordinator.http.errors import HttpError, bad_request
 

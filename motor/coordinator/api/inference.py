@@ -7,10 +7,11 @@ import time
 from collections.abc import Collection
 
 from motor.coordinator.api.health import health, version
+from motor.coordinator.client_request import Api, parse_request
 from motor.coordinator.core import Core
+from motor.coordinator.dispatch.dispatch import Dispatch, new_request_id
 from motor.coordinator.dispatch.failures import ABORTS, EngineRejected, LegFailure
 from motor.coordinator.dispatch.relay import relay_full, relay_stream
-from motor.coordinator.dispatch.request import Dispatch, new_request_id
 from motor.coordinator.dispatch.retry import open_with_retries
 from motor.coordinator.http.asgi import (
     CLOSE,
@@ -29,7 +30,6 @@ from motor.coordinator.http.asgi import (
 from motor.coordinator.http.errors import HttpError
 from motor.coordinator.http.server import HttpServer, coordinator_server
 from motor.coordinator.http.sse import error_events
-from motor.coordinator.requests import Api, parse_request
 from motor.protocol.specs import TlsFiles
 
 log = logging.getLogger(__name__)

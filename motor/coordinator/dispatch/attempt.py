@@ -1,6 +1,6 @@
 """One attempt of a request and its legs: the state machine of `states.py`, and the engine calls that drive it.
 
-Flows (`profiles.py`) pick endpoints and start legs through the attempt; the relay ends it (`finish`,
+Flows (`flows.py`) pick endpoints and start legs through the attempt; the relay ends it (`finish`,
 `stream_failed`); the retry loop settles a failure (`fail`). Nothing else changes an attempt's state.
 
 Every leg's connection is tracked from the moment its request is written, so aborting a leg (or the whole
@@ -55,8 +55,8 @@ from motor.coordinator.scheduling.scheduler import Allocation
 from motor.runtime.backoff import Backoff
 
 if TYPE_CHECKING:
-    from motor.coordinator.dispatch.profiles import Flow
-    from motor.coordinator.dispatch.request import Dispatch
+    from motor.coordinator.dispatch.dispatch import Dispatch
+    from motor.coordinator.dispatch.flows import Flow
 
 ERROR_EVENT_PREFIX = b'data: {"error"'
 _ENDED_LEG = frozenset({LEG_DONE, LEG_FAILED, LEG_ABORTED})

@@ -10,9 +10,9 @@ controller to register one.
 import logging
 
 from motor.coordinator.dispatch.attempt import Attempt
+from motor.coordinator.dispatch.dispatch import Dispatch
 from motor.coordinator.dispatch.failures import LegFailure
-from motor.coordinator.dispatch.profiles import choose_flow
-from motor.coordinator.dispatch.request import Dispatch
+from motor.coordinator.dispatch.flows import choose_flow
 
 log = logging.getLogger(__name__)
 

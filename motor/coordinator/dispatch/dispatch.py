@@ -9,9 +9,9 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
+from motor.coordinator.client_request import ClientRequest
 from motor.coordinator.dispatch.attempt import Attempt
 from motor.coordinator.dispatch.failures import ABORTS
-from motor.coordinator.requests import ClientRequest
 
 if TYPE_CHECKING:
     from motor.coordinator.core import Core
