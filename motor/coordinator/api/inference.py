@@ -5,14 +5,15 @@ import logging
 import re
 import time
 from collections.abc import Collection
+from functools import partial
 
 from motor.coordinator.api.health import health, version
 from motor.coordinator.client_request import Api, parse_request
 from motor.coordinator.core import Core
 from motor.coordinator.dispatch.dispatch import Dispatch, new_request_id
-from motor.coordinator.dispatch.failures import ABORTS, EngineRejected, LegFailure
+from motor.coordinator.dispatch.failures import ABORTS, EngineRejected, LegFailure, open_with_retries
+from motor.coordinator.dispatch.flows import choose_flow
 from motor.coordinator.dispatch.relay import relay_full, relay_stream
-from motor.coordinator.dispatch.retry import open_with_retries
 from motor.coordinator.http.asgi import (
     CLOSE,
     ON_DISCONNECT,
@@ -51,6 +52,7 @@ class InferenceApp:
     def __init__(self, core: Core) -> None:
         self.core = core
         self.created = int(time.time())
+        self._choose_flow = partial(choose_flow, core.profile, core.registry)
         self.max_connections = core.config.request_limit.max_connections
         # The server's open connections (`serve_connections`); requests on connections beyond the cap are refused.
         self.connections: Collection[object] = ()
@@ -201,7 +203,7 @@ class InferenceApp:
         response_started = False
         try:
             try:
-                attempt = await open_with_retries(d)
+                attempt = await open_with_retries(d, self._choose_flow, core.retry_policy)
             except EngineRejected as rejected:
                 await send_bytes(
                     send,

@@ -1,7 +1,8 @@
 """One attempt of a request and its legs: the state machine of `states.py`, and the engine calls that drive it.
 
 Flows (`flows.py`) pick endpoints and start legs through the attempt; the relay ends it (`finish`,
-`stream_failed`); the retry loop settles a failure (`fail`). Nothing else changes an attempt's state.
+`stream_failed`); the retry loop settles a failure (`fail`, by the rules of `failures.py`). Nothing else changes
+an attempt's state.
 
 Every leg's connection is tracked from the moment its request is written, so aborting a leg (or the whole
 attempt) closes it at once — closing a leg's connection is how it is cancelled at the engine.
@@ -23,6 +24,7 @@ from motor.coordinator.dispatch.failures import (
     no_instance,
     overloaded,
     retryable_status,
+    settle,
 )
 from motor.coordinator.dispatch.shaping import prefill_body
 from motor.coordinator.dispatch.states import (
@@ -570,36 +572,19 @@ class Attempt:
             if isinstance(failure, EngineRejected)
             else f"{failure.role} leg failed"
         )
-        rule = failure.rule
-        if rule.exclude_instance and failure.target is not None:
+        if failure.rule.exclude_instance and failure.target is not None:
             dispatch.exclude(failure.role, failure.target.instance_id)
-        if not rule.retryable:
-            return self._end(failure)
-        now = dispatch.loop.time()
-        if now >= dispatch.deadline:
-            infer_timeout = dispatch.core.config.exception_config.infer_timeout
-            return self._end(
-                LegFailure(
-                    "infer_timeout",
-                    failure.role,
-                    failure.target,
-                    f"the request did not complete within infer_timeout ({infer_timeout:g} s); "
-                    f"last error: {failure.message}",
-                )
-            )
-        delay = policy.next_delay(self.number + 1)
-        retry_allowed = RETRYING in PHASE_NEXT[self.phase]  # the guard: never once output exists
-        if not retry_allowed or delay is None or now + delay >= dispatch.deadline:
-            if self.number:
-                failure.gave_up(self.number + 1)
-            return self._end(failure)
-        self.failure = failure
-        self._enter(RETRYING)
+        self.failure, delay = settle(
+            failure,
+            self.number,
+            policy,
+            dispatch.loop.time(),
+            dispatch.deadline,
+            dispatch.core.config.exception_config.infer_timeout,
+            may_retry=RETRYING in PHASE_NEXT[self.phase],  # the guard: never once output exists
+        )
+        self._enter(FAILED if delay is None else RETRYING)
         return delay
-
-    def _end(self, failure: LegFailure) -> None:
-        self.failure = failure
-        self._enter(FAILED)
 
     def abort(self, reason: str) -> None:
         """Ended from outside (client gone, not reading, infer_timeout, shutdown)."""
