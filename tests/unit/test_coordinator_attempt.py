@@ -140,7 +140,7 @@ def dispatch(core: Core, stream: bool = True) -> Dispatch:
     body = b'{"model": "m", "prompt": "hello there", "max_tokens": 4, "stream": %s}' % (
         b"true" if stream else b"false"
     )
-    return Dispatch(core, parse_request("completions", body, frozenset({"m"})), "req-1")
+    return Dispatch(core.dispatch_context, parse_request("completions", body, frozenset({"m"})), "req-1")
 
 
 def metric(core: Core, prometheus: CollectorRegistry, name: str, **labels: str) -> float:

@@ -155,7 +155,7 @@ class InferenceApp:
             limits = core.config.request_limit
             raw = await read_body(scope, receive, limits.max_body_bytes, limits.body_read_timeout)
             request = parse_request(api, raw, core.models(), core.config.input_config)
-            dispatch = Dispatch(core, request, request_id, client_rid)
+            dispatch = Dispatch(core.dispatch_context, request, request_id, client_rid)
             status = await self._serve(dispatch, scope, send)
         except HttpError as error:
             status = error.status
@@ -203,7 +203,7 @@ class InferenceApp:
         response_started = False
         try:
             try:
-                attempt = await open_with_retries(d, self._choose_flow, core.retry_policy)
+                attempt = await open_with_retries(d, self._choose_flow)
             except EngineRejected as rejected:
                 await send_bytes(
                     send,
@@ -225,7 +225,7 @@ class InferenceApp:
                 return failure.status
             response_started = True
             if d.request.stream:
-                return await relay_stream(attempt, send)
+                return await relay_stream(attempt, send, core.metrics)
             return await relay_full(attempt, send)
         except asyncio.CancelledError:
             if d.abort_kind is None:

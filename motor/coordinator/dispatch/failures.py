@@ -209,10 +209,11 @@ def settle(
     return failure, delay
 
 
-async def open_with_retries(d: "Dispatch", choose_flow: "Callable[[], Flow]", policy: Backoff) -> "Attempt":
+async def open_with_retries(d: "Dispatch", choose_flow: "Callable[[], Flow]") -> "Attempt":
     """The attempt whose client-facing leg has its first output (STREAMING); raises the final LegFailure.
 
     `choose_flow` is called per attempt (a LegFailure of its own when no flow can run yet)."""
+    policy = d.context.limits.retry_policy
     while True:
         attempt = d.new_attempt()
         try:

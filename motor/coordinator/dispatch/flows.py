@@ -37,7 +37,7 @@ async def _prefill_first(a: Attempt) -> None:
 
 async def _decode_first(a: Attempt) -> None:
     decode = _decode_leg(a, await a.pick("decode"))
-    callbacks = a.dispatch.core.callbacks
+    callbacks = a.context.callbacks
     slot = callbacks.open(a)
     try:
         params = {"do_remote_decode": False, "do_remote_prefill": True, "metaserver": slot.url}

@@ -31,11 +31,18 @@ log = logging.getLogger(__name__)
 class LocalControl:
     """Management of a single-process coordinator: events go straight to the process's registry."""
 
-    def __init__(self, core: Core, required_roles: tuple[str, ...], prometheus: CollectorRegistry) -> None:
-        self.core = core
-        self.registry: InstanceRegistry = core.registry
-        self.profile = core.profile.value
+    def __init__(
+        self,
+        registry: InstanceRegistry,
+        profile: str,
+        required_roles: tuple[str, ...],
+        metrics: CoordinatorMetrics,
+        prometheus: CollectorRegistry,
+    ) -> None:
+        self.registry = registry
+        self.profile = profile
         self.required_roles = required_roles
+        self._metrics = metrics
         self._prometheus = prometheus
         self.servers: list[tuple[HttpServer, socket.socket]] = []
 
@@ -52,7 +59,7 @@ class LocalControl:
         return self.registry.apply(event)
 
     def metrics_text(self) -> bytes:
-        self.core.metrics.flush()
+        self._metrics.flush()
         return generate_latest(self._prometheus)
 
 
@@ -62,7 +69,9 @@ async def run_single_process(settings: CoordinatorSettings, stop: asyncio.Event)
     core = Core(settings, CoordinatorMetrics(prometheus))
     prometheus.register(InstanceCollector(lambda: core.registry.role_states().items()))
     prometheus.register(InfoCollector(settings.profile.value, __version__))
-    control = LocalControl(core, settings.required_roles, prometheus)
+    control = LocalControl(
+        core.registry, settings.profile.value, settings.required_roles, core.metrics, prometheus
+    )
     infer_socket = listen_socket(settings.bind_host, settings.infer_port)
     mgmt_socket = listen_socket(settings.bind_host, settings.mgmt_port)
     callback_socket = listen_socket(settings.bind_host, 0)
@@ -83,7 +92,7 @@ async def run_single_process(settings: CoordinatorSettings, stop: asyncio.Event)
             ),
             mgmt_socket,
         ),
-        (coordinator_server(CallbackApp(core), config), callback_socket),
+        (coordinator_server(CallbackApp(core.callbacks), config), callback_socket),
     ]
     log.info(
         "coordinator serving the OpenAI API on %s:%d, management on %s:%d, decode callbacks on %s:%d; "

@@ -58,7 +58,7 @@ async def run_worker(settings: CoordinatorSettings, index: int, control_fd: int,
     channel = await open_channel(socket.socket(fileno=control_fd), TO_WORKER)
     servers = [
         (inference_server(core, settings.infer_tls), infer_socket),
-        (coordinator_server(CallbackApp(core), config), callback_socket),
+        (coordinator_server(CallbackApp(core.callbacks), config), callback_socket),
     ]
     follower = asyncio.create_task(_follow_supervisor(core, channel))
     follower.add_done_callback(lambda _: stop.set())  # the supervisor is gone: stop too
