@@ -1,4 +1,4 @@
-"""The coordinator's HTTP/1.1 server (motor/coordinator/server.py, http_protocol.py) on a real socket, with small
+"""The coordinator's HTTP/1.1 server (motor/coordinator/http/server.py, protocol.py) on a real socket, with small
 ASGI apps that record what they see: pipelining, disconnects (http.disconnect and the on-disconnect callback),
 keep-alive expiry, malformed and slow heads, write backpressure, request-body flow control,
 Expect: 100-continue, TLS with client certificates, graceful shutdown."""
