@@ -14,7 +14,7 @@ the connection stops reading until it is its turn). Request bodies are buffered 
 before reading pauses until the app takes them; responses wait for the transport to drain when the client
 reads slower than they are sent. A client that goes away turns a pending or later `receive()` into
 `http.disconnect`. Deadlines (idle keep-alive, the request head) are enforced by the server's sweeper
-(`motor.coordinator.server`) from `idle_since` and `head_since`.
+(`motor.coordinator.http.server`) from `idle_since` and `head_since`.
 """
 
 import asyncio
