@@ -51,8 +51,8 @@ import uvloop
 from plotting import default_plot_path, figure, save
 
 from motor.config import load_documents
-from motor.coordinator.auth import hash_api_key
-from motor.coordinator.upstream import UpstreamConnection, UpstreamPool
+from motor.coordinator.api.auth import hash_api_key
+from motor.coordinator.http.upstream import UpstreamConnection, UpstreamPool
 from motor.deploy.plan import build_plan
 from motor.pool.net import free_local_ports
 

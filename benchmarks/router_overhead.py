@@ -66,7 +66,7 @@ from coordinator_overhead import (
 )
 from plotting import default_plot_path, figure, save
 
-from motor.coordinator.upstream import UpstreamPool
+from motor.coordinator.http.upstream import UpstreamPool
 
 CONFIGS = ("aggregated", "prefill_first")
 ROUTERS = ("motor", "vllm-router", "smg")

@@ -39,11 +39,11 @@ async def _run(settings: CoordinatorSettings, standby: StandbySpec | None, name:
 
 async def _serve(settings: CoordinatorSettings, stop: asyncio.Event) -> None:
     if settings.config.inference_workers_config.num_workers == 1:
-        from motor.coordinator.process import run_single_process
+        from motor.coordinator.process.single import run_single_process
 
         await run_single_process(settings, stop)
     else:
-        from motor.coordinator.supervisor import run_supervisor
+        from motor.coordinator.process.worker_supervisor import run_supervisor
 
         await run_supervisor(settings, stop)
 

@@ -5,20 +5,21 @@ import contextlib
 import time
 from typing import TYPE_CHECKING
 
-from motor.coordinator.auth import ApiKeyVerifier
+from motor.coordinator.api.auth import ApiKeyVerifier
+from motor.coordinator.api.limits import InFlightLimit, SharedState, TokenBucket
 from motor.coordinator.dispatch.callbacks import CallbackRegistry
+from motor.coordinator.dispatch.context import DispatchContext, DispatchLimits
 from motor.coordinator.dispatch.observe import MetricsObserver
-from motor.coordinator.limits import InFlightLimit, SharedState, TokenBucket
+from motor.coordinator.http.upstream import UpstreamPool
 from motor.coordinator.metrics import CoordinatorMetrics
 from motor.coordinator.registry import InstanceRegistry
-from motor.coordinator.scheduling.health import StallPolicy
+from motor.coordinator.scheduling.prefill_stats import StallPolicy
 from motor.coordinator.scheduling.scheduler import Scheduler
 from motor.coordinator.settings import CoordinatorSettings
-from motor.coordinator.upstream import UpstreamPool
 from motor.runtime.backoff import Backoff
 
 if TYPE_CHECKING:
-    from motor.coordinator.dispatch.request import Dispatch
+    from motor.coordinator.dispatch.dispatch import Dispatch
 
 MAX_SWEEP_INTERVAL = 0.5
 
@@ -66,14 +67,26 @@ class Core:
         self._sweeper: asyncio.Task[None] | None = None
         self.loop: asyncio.AbstractEventLoop
         self.pool: UpstreamPool
+        self.dispatch_context: DispatchContext
 
     async def start(self, callback_base_url: str) -> None:
+        config = self.config
+        timeouts = config.timeout_config
         self.loop = asyncio.get_running_loop()
-        timeouts = self.config.timeout_config
         self.pool = UpstreamPool(
             connect_timeout=timeouts.connection_timeout, write_timeout=timeouts.write_timeout
         )
         self.callbacks.base_url = callback_base_url
+        limits = DispatchLimits(
+            exceptions=config.exception_config,
+            timeouts=timeouts,
+            admission_queue_timeout=config.scheduler_config.admission_queue_timeout,
+            retry_policy=self.retry_policy,
+        )
+        # what every request's dispatch uses of this process (the loop and the pool exist from here on)
+        self.dispatch_context = DispatchContext(
+            self.loop, self.scheduler, self.pool, self.observer, self.callbacks, limits
+        )
         self._sweeper = asyncio.create_task(self._sweep())
 
     async def stop(self) -> None:

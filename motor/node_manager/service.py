@@ -7,8 +7,8 @@ import logging
 import aiohttp
 
 from motor.node_manager.controller_client import ControllerClient, ControllerUnreachable, NotRegistered
+from motor.node_manager.engine_supervisor import EngineSupervisor
 from motor.node_manager.settings import NodeSettings
-from motor.node_manager.supervisor import EngineSupervisor
 from motor.protocol.controller import EngineState, Heartbeat, Registration
 from motor.protocol.node_manager import NodeManagerStatus
 

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from motor.coordinator.auth import hash_api_key
+from motor.coordinator.api.auth import hash_api_key
 from motor.protocol.controller import ControllerState, bearer
 from motor.protocol.instances import Endpoint, Instance
 from tests.fixtures.control import TOKEN, ControlPlane, sim_config

@@ -1,4 +1,4 @@
-"""The coordinator's HTTP/1.1 server (motor/coordinator/server.py, http_protocol.py) on a real socket, with small
+"""The coordinator's HTTP/1.1 server (motor/coordinator/http/server.py, protocol.py) on a real socket, with small
 ASGI apps that record what they see: pipelining, disconnects (http.disconnect and the on-disconnect callback),
 keep-alive expiry, malformed, slow and oversized heads, write backpressure, request-body flow control, early
 answers, Expect: 100-continue, response heads and lengths the app gets wrong, TLS with client certificates,
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from motor.coordinator.asgi import ON_DISCONNECT, Receive, Scope, Send, read_body, send_bytes
-from motor.coordinator.server import HttpServer, listen_socket, serve
+from motor.coordinator.http.asgi import ON_DISCONNECT, Receive, Scope, Send, read_body, send_bytes
+from motor.coordinator.http.server import HttpServer, listen_socket, serve
 from motor.protocol.specs import TlsFiles
 from motor.runtime.tls import client_context
 from tests.fixtures.pki import Pki

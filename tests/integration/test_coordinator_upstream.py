@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from motor.coordinator.upstream import UpstreamConnection, UpstreamError, UpstreamPool
+from motor.coordinator.http.upstream import UpstreamConnection, UpstreamError, UpstreamPool
 from tests.fixtures.coordinator import free_port, set_engine_faults, wait_engine_idle
 from tests.fixtures.sim import SimEngine, start_sim_engine
 

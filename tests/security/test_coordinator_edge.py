@@ -1,4 +1,4 @@
-"""Attacks on the coordinator's HTTP edge (motor/coordinator/server.py, http_protocol.py), the layer below the
+"""Attacks on the coordinator's HTTP edge (motor/coordinator/http/server.py, protocol.py), the layer below the
 OpenAI API: connection and head limits, early answers, and raw bytes that are not HTTP at all.
 
 - hundreds of connections dribbling CRLFs or a request head byte by byte are all cut off with a 408 after
@@ -23,8 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from motor.coordinator.asgi import Receive, Scope, Send, read_body, send_bytes
-from motor.coordinator.server import HttpServer, listen_socket
+from motor.coordinator.http.asgi import Receive, Scope, Send, read_body, send_bytes
+from motor.coordinator.http.server import HttpServer, listen_socket
 from tests.fixtures.coordinator import CoordinatorProcess, sim_instance, start_coordinator
 from tests.fixtures.sim import SimEngine, start_sim_engine
 from tests.integration.test_coordinator_api import completion

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from hypothesis import given, settings
 
-from motor.coordinator.auth import hash_api_key
+from motor.coordinator.api.auth import hash_api_key
 from tests.fixtures.coordinator import (
     CoordinatorProcess,
     StartCoordinator,

@@ -15,7 +15,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from motor.config.models import CoordinatorConfig
+from motor.coordinator.client_request import parse_request
 from motor.coordinator.core import Core
+from motor.coordinator.dispatch.dispatch import Dispatch
 from motor.coordinator.dispatch.failures import (
     ABORTS,
     FAILURES,
@@ -24,7 +26,6 @@ from motor.coordinator.dispatch.failures import (
     no_instance,
     retryable_status,
 )
-from motor.coordinator.dispatch.request import Dispatch
 from motor.coordinator.dispatch.states import (
     LEG_TRANSITIONS,
     PHASE_TRANSITIONS,
@@ -33,7 +34,6 @@ from motor.coordinator.dispatch.states import (
     Phase,
 )
 from motor.coordinator.metrics import CoordinatorMetrics
-from motor.coordinator.requests import parse_request
 from motor.coordinator.settings import CoordinatorSettings
 from motor.kv.connectors import DispatchProfile
 from motor.protocol.instances import InstanceEvent
@@ -140,7 +140,7 @@ def dispatch(core: Core, stream: bool = True) -> Dispatch:
     body = b'{"model": "m", "prompt": "hello there", "max_tokens": 4, "stream": %s}' % (
         b"true" if stream else b"false"
     )
-    return Dispatch(core, parse_request("completions", body, frozenset({"m"})), "req-1")
+    return Dispatch(core.dispatch_context, parse_request("completions", body, frozenset({"m"})), "req-1")
 
 
 def metric(core: Core, prometheus: CollectorRegistry, name: str, **labels: str) -> float:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from motor.coordinator.dispatch.failures import LegFailure
-from motor.coordinator.dispatch.profiles import PD_FLOWS
+from motor.coordinator.dispatch.flows import PD_FLOWS
 from motor.kv.connectors import DispatchProfile
 
 STALLED = LegFailure(

@@ -3,7 +3,7 @@
 import pytest
 
 from motor.coordinator.dispatch.failures import LegFailure
-from motor.coordinator.dispatch.profiles import (
+from motor.coordinator.dispatch.flows import (
     AGGREGATED_ON_PREFILL,
     AGGREGATED_ON_UNION,
     PD_FLOWS,

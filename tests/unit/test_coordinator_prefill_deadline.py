@@ -15,10 +15,10 @@ from motor.coordinator.core import Core
 from motor.coordinator.dispatch.deadlines import prefill_budget, prefill_cap
 from motor.coordinator.dispatch.failures import FAILURES, LegFailure
 from motor.coordinator.dispatch.states import LegState, Phase
-from motor.coordinator.scheduling.health import RATE_WEIGHT, PrefillRate, StallPolicy, StallRecord
+from motor.coordinator.http.upstream import UpstreamError
 from motor.coordinator.scheduling.load import EndpointLoad
+from motor.coordinator.scheduling.prefill_stats import RATE_WEIGHT, PrefillRate, StallPolicy, StallRecord
 from motor.coordinator.scheduling.scheduler import Scheduler
-from motor.coordinator.upstream import UpstreamError
 from tests.unit.test_coordinator_attempt import dispatch, running_core
 from tests.unit.test_coordinator_scheduling import POLICIES, demand, make_target
 

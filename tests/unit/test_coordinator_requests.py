@@ -5,10 +5,15 @@ import json
 import pytest
 
 from motor.config.models import InputConfig
-from motor.coordinator.errors import HttpError
-from motor.coordinator.requests import DEFAULT_MAX_NEW_TOKENS, TRANSFER_FIELDS, nesting_exceeds, parse_request
-from motor.coordinator.shaping import decode_body, prefill_body
-from motor.coordinator.sse import (
+from motor.coordinator.client_request import (
+    DEFAULT_MAX_NEW_TOKENS,
+    TRANSFER_FIELDS,
+    nesting_exceeds,
+    parse_request,
+)
+from motor.coordinator.dispatch.shaping import decode_body, prefill_body
+from motor.coordinator.http.errors import HttpError
+from motor.coordinator.http.sse import (
     DONE_EVENT,
     SseSplitter,
     carries_output,

@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from motor.coordinator.errors import HttpError
-from motor.coordinator.requests import TRANSFER_FIELDS, ClientRequest, parse_request
-from motor.coordinator.shaping import decode_body, prefill_body
+from motor.coordinator.client_request import TRANSFER_FIELDS, ClientRequest, parse_request
+from motor.coordinator.dispatch.shaping import decode_body, prefill_body
+from motor.coordinator.http.errors import HttpError
 from tests.unit.test_coordinator_scheduling import scheduler_with
 
 MODELS = frozenset({"m"})

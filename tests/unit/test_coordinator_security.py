@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from motor.config.models import ApiKeyConfig
-from motor.coordinator.auth import REFUSED_CACHE_LIMIT, ApiKeyVerifier, hash_api_key
-from motor.coordinator.errors import HttpError
-from motor.coordinator.limits import ClientBuckets, InFlightLimit, SharedState, TokenBucket
+from motor.coordinator.api.auth import REFUSED_CACHE_LIMIT, ApiKeyVerifier, hash_api_key
+from motor.coordinator.api.limits import ClientBuckets, InFlightLimit, SharedState, TokenBucket
+from motor.coordinator.http.errors import HttpError
 
 
 async def check(verifier: ApiKeyVerifier, headers: list[tuple[bytes, bytes]]) -> int:

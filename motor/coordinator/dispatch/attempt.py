@@ -1,7 +1,8 @@
 """One attempt of a request and its legs: the state machine of `states.py`, and the engine calls that drive it.
 
-Flows (`profiles.py`) pick endpoints and start legs through the attempt; the relay ends it (`finish`,
-`stream_failed`); the retry loop settles a failure (`fail`). Nothing else changes an attempt's state.
+Flows (`flows.py`) pick endpoints and start legs through the attempt; the relay ends it (`finish`,
+`stream_failed`); the retry loop settles a failure (`fail`, by the rules of `failures.py`). Nothing else changes
+an attempt's state.
 
 Every leg's connection is tracked from the moment its request is written, so aborting a leg (or the whole
 attempt) closes it at once — closing a leg's connection is how it is cancelled at the engine.
@@ -14,7 +15,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from motor.coordinator import jsonio
 from motor.coordinator.dispatch.deadlines import prefill_budget
 from motor.coordinator.dispatch.failures import (
     EngineRejected,
@@ -24,7 +24,9 @@ from motor.coordinator.dispatch.failures import (
     no_instance,
     overloaded,
     retryable_status,
+    settle,
 )
+from motor.coordinator.dispatch.shaping import prefill_body
 from motor.coordinator.dispatch.states import (
     ABORTED,
     ADMITTED,
@@ -47,16 +49,16 @@ from motor.coordinator.dispatch.states import (
     LegState,
     Phase,
 )
+from motor.coordinator.http import jsonio
+from motor.coordinator.http.sse import EVENT_END, SseSplitter, carries_output
+from motor.coordinator.http.upstream import UpstreamConnection, UpstreamError
 from motor.coordinator.registry import Target
 from motor.coordinator.scheduling.scheduler import Allocation
-from motor.coordinator.shaping import prefill_body
-from motor.coordinator.sse import EVENT_END, SseSplitter, carries_output
-from motor.coordinator.upstream import UpstreamConnection, UpstreamError
 from motor.runtime.backoff import Backoff
 
 if TYPE_CHECKING:
-    from motor.coordinator.dispatch.profiles import Flow
-    from motor.coordinator.dispatch.request import Dispatch
+    from motor.coordinator.dispatch.dispatch import Dispatch
+    from motor.coordinator.dispatch.flows import Flow
 
 ERROR_EVENT_PREFIX = b'data: {"error"'
 _ENDED_LEG = frozenset({LEG_DONE, LEG_FAILED, LEG_ABORTED})
@@ -161,7 +163,7 @@ class Leg:
             f"{self.work:,.0f} tokens of prefill work, {measured})"
         )
         if not self.ended:
-            self.attempt.dispatch.core.scheduler.prefill_stalled(self.allocation.endpoint)
+            self.attempt.context.scheduler.prefill_stalled(self.allocation.endpoint)
             self.attempt.observer.prefill_stalled(self)
         return self.failed("prefill_stalled", message)
 
@@ -201,7 +203,7 @@ class Leg:
         non-200 answers become LegFailure or EngineRejected."""
         attempt = self.attempt
         dispatch = attempt.dispatch
-        core = dispatch.core
+        context = attempt.context
         target = self.target
         head = (
             b"POST %b HTTP/1.1\r\nhost: %b\r\ncontent-type: application/json\r\nx-request-id: %b\r\n"
@@ -213,14 +215,14 @@ class Leg:
         attempt._leg_sent(self)
         started = time.perf_counter()
         try:
-            connection = await core.pool.request(
+            connection = await context.upstream.request(
                 target.host,
                 target.port,
                 head,
                 body,
                 head_deadline=head_deadline,
                 track=self.connections,
-                whole_silence=core.config.timeout_config.read_timeout if whole else None,
+                whole_silence=context.limits.timeouts.read_timeout if whole else None,
             )
         except UpstreamError as exc:
             raise self.upstream_failed(exc) from None
@@ -258,7 +260,7 @@ class Leg:
         dispatch = self.attempt.dispatch
         started = time.perf_counter()
         try:
-            return await connection.read_body(deadline, dispatch.core.config.timeout_config.read_timeout)
+            return await connection.read_body(deadline, self.attempt.context.limits.timeouts.read_timeout)
         except UpstreamError as exc:
             raise self.upstream_failed(exc) from None
         finally:
@@ -270,6 +272,7 @@ class Attempt:
         "cached_tokens",
         "cause",
         "client",
+        "context",
         "dispatch",
         "engine_rid",
         "failure",
@@ -285,9 +288,10 @@ class Attempt:
     )
 
     def __init__(self, dispatch: "Dispatch", number: int) -> None:
-        core = dispatch.core
+        context = dispatch.context
         self.dispatch = dispatch
-        self.observer = core.observer
+        self.context = context
+        self.observer = context.observer
         self.number = number
         self.pd = False
         # Engine request ids are motor's alone (never the client's X-Request-Id: two clients could collide).
@@ -298,7 +302,7 @@ class Attempt:
         self.phase = ADMITTED
         self.since = time.perf_counter()
         self.first_token_deadline = min(
-            dispatch.loop.time() + core.config.exception_config.first_token_timeout, dispatch.deadline
+            dispatch.loop.time() + context.limits.exceptions.first_token_timeout, dispatch.deadline
         )
         self.legs: list[Leg] = []
         self.client: Leg | None = None
@@ -331,18 +335,18 @@ class Attempt:
 
     def prefill_deadline(self) -> float:
         """A prefill leg's whole answer: within request_timeout from now and the attempt's first-token deadline."""
-        request_timeout = self.dispatch.core.config.timeout_config.request_timeout
+        request_timeout = self.context.limits.timeouts.request_timeout
         return min(self.dispatch.loop.time() + request_timeout, self.first_token_deadline)
 
     def is_last(self) -> bool:
         """No retry would follow this attempt's failure (`exception_config.max_retry` used up)."""
-        return self.dispatch.core.retry_policy.exhausted(self.number + 1)
+        return self.context.limits.retry_policy.exhausted(self.number + 1)
 
     # ---- instances and legs --------------------------------------------------------------------------------
 
     async def pick(self, role: str) -> Target:
         target = self._pick_now(role)
-        if target is None and self.dispatch.core.scheduler.saturated(role):  # type: ignore[arg-type]
+        if target is None and self.context.scheduler.saturated(role):  # type: ignore[arg-type]
             target = await self._wait_for_room(role)
         if target is None:
             raise no_instance(role, f"no {role} instance is registered")
@@ -350,7 +354,7 @@ class Attempt:
 
     def _pick_now(self, role: str) -> Target | None:
         dispatch = self.dispatch
-        scheduler = dispatch.core.scheduler
+        scheduler = self.context.scheduler
         excluded = dispatch.excluded(role)
         target = scheduler.pick(role, dispatch.request.demand, excluded)  # type: ignore[arg-type]
         if target is None and excluded:
@@ -362,9 +366,9 @@ class Attempt:
         """Every instance of the role is at its admission bound: wait until load is released and a pick
         succeeds, within `admission_queue_timeout`; then the request is refused as overloaded."""
         dispatch = self.dispatch
-        scheduler = dispatch.core.scheduler
+        scheduler = self.context.scheduler
         loop = dispatch.loop
-        timeout = dispatch.core.config.scheduler_config.admission_queue_timeout
+        timeout = self.context.limits.admission_queue_timeout
         deadline = min(loop.time() + timeout, self.first_token_deadline)
         while (remaining := deadline - loop.time()) > 0:
             room: asyncio.Future[None] = loop.create_future()
@@ -387,7 +391,7 @@ class Attempt:
         )
 
     def _leg(self, target: Target, tokens: float, kv: float, deadline: float, client: bool) -> Leg:
-        allocation = self.dispatch.core.scheduler.allocate(target, tokens, kv)
+        allocation = self.context.scheduler.allocate(target, tokens, kv)
         leg = Leg(self, target, allocation, deadline, client)
         self.legs.append(leg)
         return leg
@@ -411,7 +415,7 @@ class Attempt:
         leg.work = endpoint.tokens
         if self.is_last():
             return leg
-        budget = prefill_budget(dispatch.core.config.timeout_config, leg.work, endpoint.prefill_rate)
+        budget = prefill_budget(self.context.limits.timeouts, leg.work, endpoint.prefill_rate)
         if dispatch.loop.time() + budget < limit:
             leg.deadline = dispatch.loop.time() + budget
             leg.budget = budget
@@ -457,7 +461,7 @@ class Attempt:
         cached = details.get("cached_tokens") if isinstance(details.get("cached_tokens"), int) else 0
         self.cached_tokens = cached
         # the rate is per token computed: tokens found in a cache were not
-        self.dispatch.core.scheduler.prefill_answered(
+        self.context.scheduler.prefill_answered(
             leg.allocation.endpoint, leg.work - min(cached, leg.work), answered_after
         )
         return PrefillResult(raw, params if isinstance(params, dict) else None, cached)
@@ -502,7 +506,7 @@ class Attempt:
             return
         await leg.send(body, leg.deadline)
         splitter = leg.splitter = SseSplitter()
-        read_timeout = dispatch.core.config.timeout_config.read_timeout
+        read_timeout = self.context.limits.timeouts.read_timeout
         # Events before the first output (the chat role chunk) are held back: until output exists nothing
         # reaches the client, so a failure stays retryable and the next attempt's events are the only ones.
         held = b""
@@ -570,36 +574,19 @@ class Attempt:
             if isinstance(failure, EngineRejected)
             else f"{failure.role} leg failed"
         )
-        rule = failure.rule
-        if rule.exclude_instance and failure.target is not None:
+        if failure.rule.exclude_instance and failure.target is not None:
             dispatch.exclude(failure.role, failure.target.instance_id)
-        if not rule.retryable:
-            return self._end(failure)
-        now = dispatch.loop.time()
-        if now >= dispatch.deadline:
-            infer_timeout = dispatch.core.config.exception_config.infer_timeout
-            return self._end(
-                LegFailure(
-                    "infer_timeout",
-                    failure.role,
-                    failure.target,
-                    f"the request did not complete within infer_timeout ({infer_timeout:g} s); "
-                    f"last error: {failure.message}",
-                )
-            )
-        delay = policy.next_delay(self.number + 1)
-        retry_allowed = RETRYING in PHASE_NEXT[self.phase]  # the guard: never once output exists
-        if not retry_allowed or delay is None or now + delay >= dispatch.deadline:
-            if self.number:
-                failure.gave_up(self.number + 1)
-            return self._end(failure)
-        self.failure = failure
-        self._enter(RETRYING)
+        self.failure, delay = settle(
+            failure,
+            self.number,
+            policy,
+            dispatch.loop.time(),
+            dispatch.deadline,
+            self.context.limits.exceptions.infer_timeout,
+            may_retry=RETRYING in PHASE_NEXT[self.phase],  # the guard: never once output exists
+        )
+        self._enter(FAILED if delay is None else RETRYING)
         return delay
-
-    def _end(self, failure: LegFailure) -> None:
-        self.failure = failure
-        self._enter(FAILED)
 
     def abort(self, reason: str) -> None:
         """Ended from outside (client gone, not reading, infer_timeout, shutdown)."""

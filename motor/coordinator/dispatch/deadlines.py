@@ -8,7 +8,7 @@ than `min_samples` measured legs gets the cap. The cap is `prefill_deadline_cap`
 """
 
 from motor.config.models import TimeoutConfig
-from motor.coordinator.scheduling.health import PrefillRate
+from motor.coordinator.scheduling.prefill_stats import PrefillRate
 
 
 def prefill_cap(timeouts: TimeoutConfig) -> float:

@@ -5,14 +5,29 @@ first output reached the client), whether the next attempts avoid the instance t
 (`exclude_instance`), the HTTP status and error type when the request ends with it before the response
 started, and the SSE error code when it happens after (then the relay ends the stream with an error event).
 `ABORTS` are the ends imposed from outside the legs (client gone, client not reading, infer_timeout, shutdown).
+
+What a failure before the response started leads to is `settle`: the row, the retry guard, `max_retry`,
+backoff `retry_delay * 2**attempt`, never past the request's infer_timeout. `open_with_retries` runs attempts
+until the client-facing leg produced output: it only waits and starts the next one. Each attempt chooses its
+flow from the instance set of that moment, so an attempt after a decode instance went away runs aggregated on
+prefill instances, and one that found no instance for a role waits for the controller to register one.
 """
 
 import json
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from motor.runtime.backoff import Backoff
+
 if TYPE_CHECKING:
+    from motor.coordinator.dispatch.attempt import Attempt
+    from motor.coordinator.dispatch.dispatch import Dispatch
+    from motor.coordinator.dispatch.flows import Flow
     from motor.coordinator.registry import Target
+
+log = logging.getLogger(__name__)
 
 ENGINE_MESSAGE_LIMIT = 500
 UPSTREAM_ERROR = "upstream_error"
@@ -30,7 +45,7 @@ class FailureRule:
 _LEG = FailureRule(True, True, 502, UPSTREAM_ERROR, "upstream_failed")
 
 FAILURES: dict[str, FailureRule] = {
-    # below HTTP: the kinds of motor.coordinator.upstream.UpstreamError
+    # below HTTP: the kinds of motor.coordinator.http.upstream.UpstreamError
     "connect": _LEG,
     "timeout": FailureRule(True, True, 504, UPSTREAM_ERROR, "read_timeout"),
     "closed": _LEG,
@@ -157,3 +172,59 @@ def engine_message(raw: bytes) -> str:
         if isinstance(payload.get("message"), str):
             return payload["message"][:ENGINE_MESSAGE_LIMIT]
     return raw[:ENGINE_MESSAGE_LIMIT].decode(errors="replace")
+
+
+def settle(
+    failure: LegFailure,
+    attempt: int,
+    policy: Backoff,
+    now: float,
+    deadline: float,
+    infer_timeout: float,
+    *,
+    may_retry: bool,
+) -> tuple[LegFailure, float | None]:
+    """What `failure` of attempt number `attempt` (0 first) leads to when no output reached the client yet:
+    `(failure, delay)` to retry after `delay` seconds, or `(final, None)`: the failure the request ends with.
+
+    `may_retry` is the state machine's guard (never once output exists). A request past its `deadline` ends
+    with `infer_timeout`; one whose next backoff would end past it, or whose retries are used up, ends with the
+    failure, marked as given up after its attempts."""
+    if not failure.rule.retryable:
+        return failure, None
+    if now >= deadline:
+        timeout = LegFailure(
+            "infer_timeout",
+            failure.role,
+            failure.target,
+            f"the request did not complete within infer_timeout ({infer_timeout:g} s); "
+            f"last error: {failure.message}",
+        )
+        return timeout, None
+    delay = policy.next_delay(attempt + 1)
+    if not may_retry or delay is None or now + delay >= deadline:
+        if attempt:
+            failure.gave_up(attempt + 1)
+        return failure, None
+    return failure, delay
+
+
+async def open_with_retries(d: "Dispatch", choose_flow: "Callable[[], Flow]") -> "Attempt":
+    """The attempt whose client-facing leg has its first output (STREAMING); raises the final LegFailure.
+
+    `choose_flow` is called per attempt (a LegFailure of its own when no flow can run yet)."""
+    policy = d.context.limits.retry_policy
+    while True:
+        attempt = d.new_attempt()
+        try:
+            await attempt.run(choose_flow())
+            return attempt
+        except LegFailure as failure:
+            delay = attempt.fail(failure, policy)
+            settled = attempt.failure
+            assert settled is not None
+            if delay is None:
+                raise settled from None
+            log.warning("request %s: %s; retrying in %.3g s", d.label, settled.message, delay)
+            if delay:
+                await d.backoff(delay)

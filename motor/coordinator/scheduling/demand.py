@@ -1,6 +1,6 @@
 """What a request costs the endpoint that serves it, estimated without a tokenizer (see
-`motor.coordinator.requests`), its prompt's block hashes (computed once, on first use), and — under policies
-that estimate it — how much of the prompt the shared KV pool probably holds already."""
+`motor.coordinator.client_request`), its prompt's block hashes (computed once, on first use), and — under
+policies that estimate it — how much of the prompt the shared KV pool probably holds already."""
 
 from dataclasses import dataclass, field
 

@@ -7,7 +7,7 @@ same numbers after it.
 """
 
 from motor.coordinator.registry import Target
-from motor.coordinator.scheduling.health import PrefillRate, StallRecord
+from motor.coordinator.scheduling.prefill_stats import PrefillRate, StallRecord
 
 
 class EndpointLoad:

@@ -5,8 +5,8 @@ policies, O(log n) per decision), over the scheduler's own per-endpoint load (`l
 Load is allocated per leg and released in parts (`Allocation`): the tokens still to compute when the engine
 has computed them, the KV tokens held when the next leg took them over, everything at the end.
 
-Endpoints whose prefill legs stalled repeatedly are degraded (`health.py`): every profile then decides as if
-they had already failed the request, and only when that leaves no candidate does it consider them again.
+Endpoints whose prefill legs stalled repeatedly are degraded (`prefill_stats.py`): every profile then decides
+as if they had already failed the request, and only when that leaves no candidate does it consider them again.
 """
 
 import time
@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable
 from motor.coordinator.registry import ROLES, Target
 from motor.coordinator.scheduling.compiled import Decider, compile_profile
 from motor.coordinator.scheduling.demand import Demand
-from motor.coordinator.scheduling.health import StallPolicy
 from motor.coordinator.scheduling.load import EndpointLoad, Pool
 from motor.coordinator.scheduling.plugins import Exclusions, PickObserver
+from motor.coordinator.scheduling.prefill_stats import StallPolicy
 from motor.coordinator.scheduling.prefix import PrefixIndex
 from motor.coordinator.scheduling.profiles import PolicyName, PolicyOptions, SchedulingProfile, build_profile
 from motor.protocol.instances import InstanceRole

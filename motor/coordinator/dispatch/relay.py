@@ -7,12 +7,13 @@ and `data: [DONE]`.
 
 import time
 
-from motor.coordinator import jsonio
-from motor.coordinator.asgi import JSON, Send
 from motor.coordinator.dispatch.attempt import Attempt
 from motor.coordinator.dispatch.failures import LegFailure
-from motor.coordinator.sse import USAGE_MARK, error_events, rewrite_usage_events, set_cached_tokens
-from motor.coordinator.upstream import UpstreamError
+from motor.coordinator.http import jsonio
+from motor.coordinator.http.asgi import JSON, Send
+from motor.coordinator.http.sse import USAGE_MARK, error_events, rewrite_usage_events, set_cached_tokens
+from motor.coordinator.http.upstream import UpstreamError
+from motor.coordinator.metrics import CoordinatorMetrics
 
 STREAM_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
@@ -33,11 +34,10 @@ async def relay_full(attempt: Attempt, send: Send) -> int:
     return 200
 
 
-async def relay_stream(attempt: Attempt, send: Send) -> int:
+async def relay_stream(attempt: Attempt, send: Send, metrics: CoordinatorMetrics) -> int:
     d = attempt.dispatch
     leg = attempt.client
     assert leg is not None and leg.splitter is not None and leg.connection is not None
-    metrics = d.core.metrics
     headers = [*STREAM_HEADERS, (b"x-request-id", d.rid)]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     first = await _events(attempt, leg.first)
@@ -48,7 +48,7 @@ async def relay_stream(attempt: Attempt, send: Send) -> int:
     metrics.ttft_batch.observe(last - d.arrival)
     splitter, connection, target = leg.splitter, leg.connection, leg.target
     itl = metrics.itl_batch
-    read_timeout = d.core.config.timeout_config.read_timeout
+    read_timeout = attempt.context.limits.timeouts.read_timeout
     deadline = d.deadline
     rewrite_usage = attempt.pd
     sending, sent = d.sending, d.sent
@@ -102,7 +102,8 @@ def _stream_failure(attempt: Attempt, failure: LegFailure) -> bytes:
         return error_events(failure.message, failure.error_type, failure.rule.stream_code)
     d = attempt.dispatch
     if d.loop.time() >= d.deadline:
-        message = f"the request exceeded infer_timeout ({d.core.config.exception_config.infer_timeout:g} s)"
+        infer_timeout = attempt.context.limits.exceptions.infer_timeout
+        message = f"the request exceeded infer_timeout ({infer_timeout:g} s)"
         return error_events(message, "timeout", "infer_timeout")
     return error_events(
         f"the stream broke after it started: {failure.message}", failure.error_type, failure.rule.stream_code

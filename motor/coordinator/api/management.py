@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from motor.coordinator.asgi import (
+from motor.coordinator.http.asgi import (
     Receive,
     Scope,
     Send,
@@ -24,7 +24,7 @@ from motor.coordinator.asgi import (
     send_error,
     send_json,
 )
-from motor.coordinator.errors import HttpError, bad_request
+from motor.coordinator.http.errors import HttpError, bad_request
 from motor.coordinator.registry import ROLES, InstanceRegistry
 from motor.protocol.instances import InstanceEvent, RefreshResult
 

@@ -16,8 +16,8 @@ import secrets
 from dataclasses import dataclass
 
 from motor.config.models import ApiKeyConfig
-from motor.coordinator.errors import HttpError
-from motor.coordinator.limits import ClientBuckets
+from motor.coordinator.api.limits import ClientBuckets
+from motor.coordinator.http.errors import HttpError
 
 HASHED_KEY = re.compile(r"^([^:]+):(\d+):([0-9a-fA-F]{64})$")
 DEFAULT_ITERATIONS = 100_000
@@ -63,7 +63,7 @@ class ApiKeyVerifier:
                 if int(iterations) < 1:
                     raise ValueError(
                         f"motor_coordinator_config.api_key_config.valid_keys[{index}]: a PBKDF2 record needs at "
-                        "least 1 iteration; make one with motor.coordinator.auth.hash_api_key"
+                        "least 1 iteration; make one with motor.coordinator.api.auth.hash_api_key"
                     )
                 self._hashed.append(_HashedKey(salt.encode(), int(iterations), bytes.fromhex(digest)))
             else:

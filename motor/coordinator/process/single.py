@@ -9,13 +9,19 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 
 from motor import __version__
-from motor.coordinator.app_callback import CallbackApp
-from motor.coordinator.app_infer import inference_server
-from motor.coordinator.app_mgmt import ManagementApp
+from motor.coordinator.api.callback_listener import CallbackApp
+from motor.coordinator.api.inference import inference_server
+from motor.coordinator.api.management import ManagementApp
 from motor.coordinator.core import Core
+from motor.coordinator.http.server import (
+    HttpServer,
+    coordinator_server,
+    listen_socket,
+    serve,
+    servers_started,
+)
 from motor.coordinator.metrics import CoordinatorMetrics, InfoCollector, InstanceCollector
 from motor.coordinator.registry import InstanceRegistry
-from motor.coordinator.server import HttpServer, coordinator_server, listen_socket, serve, servers_started
 from motor.coordinator.settings import CoordinatorSettings
 from motor.protocol.instances import InstanceEvent, RefreshResult
 
@@ -25,11 +31,18 @@ log = logging.getLogger(__name__)
 class LocalControl:
     """Management of a single-process coordinator: events go straight to the process's registry."""
 
-    def __init__(self, core: Core, required_roles: tuple[str, ...], prometheus: CollectorRegistry) -> None:
-        self.core = core
-        self.registry: InstanceRegistry = core.registry
-        self.profile = core.profile.value
+    def __init__(
+        self,
+        registry: InstanceRegistry,
+        profile: str,
+        required_roles: tuple[str, ...],
+        metrics: CoordinatorMetrics,
+        prometheus: CollectorRegistry,
+    ) -> None:
+        self.registry = registry
+        self.profile = profile
         self.required_roles = required_roles
+        self._metrics = metrics
         self._prometheus = prometheus
         self.servers: list[tuple[HttpServer, socket.socket]] = []
 
@@ -46,7 +59,7 @@ class LocalControl:
         return self.registry.apply(event)
 
     def metrics_text(self) -> bytes:
-        self.core.metrics.flush()
+        self._metrics.flush()
         return generate_latest(self._prometheus)
 
 
@@ -56,7 +69,9 @@ async def run_single_process(settings: CoordinatorSettings, stop: asyncio.Event)
     core = Core(settings, CoordinatorMetrics(prometheus))
     prometheus.register(InstanceCollector(lambda: core.registry.role_states().items()))
     prometheus.register(InfoCollector(settings.profile.value, __version__))
-    control = LocalControl(core, settings.required_roles, prometheus)
+    control = LocalControl(
+        core.registry, settings.profile.value, settings.required_roles, core.metrics, prometheus
+    )
     infer_socket = listen_socket(settings.bind_host, settings.infer_port)
     mgmt_socket = listen_socket(settings.bind_host, settings.mgmt_port)
     callback_socket = listen_socket(settings.bind_host, 0)
@@ -77,7 +92,7 @@ async def run_single_process(settings: CoordinatorSettings, stop: asyncio.Event)
             ),
             mgmt_socket,
         ),
-        (coordinator_server(CallbackApp(core), config), callback_socket),
+        (coordinator_server(CallbackApp(core.callbacks), config), callback_socket),
     ]
     log.info(
         "coordinator serving the OpenAI API on %s:%d, management on %s:%d, decode callbacks on %s:%d; "

@@ -11,8 +11,8 @@ from typing import Any
 from motor.coordinator.dispatch.attempt import Attempt, Leg, PrefillResult
 from motor.coordinator.dispatch.callbacks import CallbackSlot
 from motor.coordinator.dispatch.failures import LegFailure, no_instance
+from motor.coordinator.dispatch.shaping import decode_body
 from motor.coordinator.registry import InstanceRegistry, Target
-from motor.coordinator.shaping import decode_body
 from motor.kv.connectors import DispatchProfile
 
 
@@ -37,7 +37,7 @@ async def _prefill_first(a: Attempt) -> None:
 
 async def _decode_first(a: Attempt) -> None:
     decode = _decode_leg(a, await a.pick("decode"))
-    callbacks = a.dispatch.core.callbacks
+    callbacks = a.context.callbacks
     slot = callbacks.open(a)
     try:
         params = {"do_remote_decode": False, "do_remote_prefill": True, "metaserver": slot.url}

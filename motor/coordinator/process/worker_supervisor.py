@@ -4,7 +4,7 @@ supervises worker processes that share the inference port (SO_REUSEPORT).
 - Instance set: this process owns it; every refresh is pushed to all workers as the whole set, and the
   refresh is answered once every running worker acknowledged it (bounded wait), so a request accepted after
   the controller's push sees the new set whichever worker takes it.
-- Limits: the rate-limit bucket and the in-flight counters live in one shared file (see `limits.py`).
+- Limits: the rate-limit bucket and the in-flight counters live in one shared file (see `api/limits.py`).
 - Metrics: workers write prometheus_client multiprocess files, aggregated here on GET /metrics.
 - Workers that die are restarted (at most MAX_RESTARTS per RESTART_WINDOW_S each; beyond that liveness fails).
 """
@@ -24,11 +24,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 
 from motor import __version__
-from motor.coordinator.app_mgmt import ManagementApp
-from motor.coordinator.limits import SharedState
+from motor.coordinator.api.limits import SharedState
+from motor.coordinator.api.management import ManagementApp
+from motor.coordinator.http.server import GRACEFUL_SHUTDOWN_SECONDS, coordinator_server, listen_socket, serve
 from motor.coordinator.metrics import InfoCollector, InstanceCollector
 from motor.coordinator.registry import InstanceRegistry
-from motor.coordinator.server import GRACEFUL_SHUTDOWN_SECONDS, coordinator_server, listen_socket, serve
 from motor.coordinator.settings import CoordinatorSettings
 from motor.protocol.instances import InstanceEvent, RefreshResult
 from motor.protocol.workers import TO_SUPERVISOR, InstanceSet, InstanceSetAck, ToSupervisor, WorkerReady
@@ -186,7 +186,7 @@ class Supervisor:
                 [
                     sys.executable,
                     "-m",
-                    "motor.coordinator.worker",
+                    "motor.coordinator.process.worker",
                     "--spec",
                     str(self._spec_path),
                     "--index",

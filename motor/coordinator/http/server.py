@@ -2,7 +2,7 @@
 
 A server holds its open connections (the inference app caps them), closes those idle beyond the keep-alive
 timeout and those whose request head has not arrived within `head_timeout` of its first byte (answering 408),
-refuses request heads beyond `max_head_bytes` (431, in http_protocol.py), and on shutdown
+refuses request heads beyond `max_head_bytes` (431, in protocol.py), and on shutdown
 stops accepting, closes idle connections, lets requests in progress finish for up to
 GRACEFUL_SHUTDOWN_SECONDS, then cancels what is left.
 """
@@ -13,7 +13,7 @@ import socket
 from typing import Any
 
 from motor.config.models import CoordinatorConfig
-from motor.coordinator.http_protocol import HttpConnection
+from motor.coordinator.http.protocol import HttpConnection
 from motor.protocol.specs import TlsFiles
 from motor.runtime.tls import server_context
 

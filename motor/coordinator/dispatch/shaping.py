@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from motor.coordinator import jsonio
+from motor.coordinator.http import jsonio
 
 PREFILL_DROPPED = ("stream_options",)
 

@@ -5,7 +5,7 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from motor.coordinator.errors import HttpError
+from motor.coordinator.http.errors import HttpError
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -13,7 +13,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 JSON = b"application/json"
-# The coordinator's server (http_protocol.py) adds two callables to every scope: ON_DISCONNECT(callback) has
+# The coordinator's server (protocol.py) adds two callables to every scope: ON_DISCONNECT(callback) has
 # callback() called when the client goes away before the response ended; COMPLETE_BODY() hands over the whole
 # request body when it has all arrived and none was received yet, else None (then use receive()).
 ON_DISCONNECT = "motor.on_disconnect"

@@ -14,7 +14,7 @@ the connection stops reading until it is its turn). Request bodies are buffered 
 before reading pauses until the app takes them; responses wait for the transport to drain when the client
 reads slower than they are sent. A client that goes away turns a pending or later `receive()` into
 `http.disconnect`. Deadlines (idle keep-alive, the request head) are enforced by the server's sweeper
-(`motor.coordinator.server`) from `idle_since` and `head_since`; the head's clock starts with its first byte,
+(`motor.coordinator.http.server`) from `idle_since` and `head_since`; the head's clock starts with its first byte,
 stray CRLFs before a request line included. A head beyond the server's `max_head_bytes` is answered 431.
 
 A response that completes before its request body was read whole closes the connection (the client may never
@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 import httptools
 
-from motor.coordinator.asgi import COMPLETE_BODY, ON_DISCONNECT, Message, send_error
-from motor.coordinator.errors import HttpError, bad_request
+from motor.coordinator.http.asgi import COMPLETE_BODY, ON_DISCONNECT, Message, send_error
+from motor.coordinator.http.errors import HttpError, bad_request
 
 if TYPE_CHECKING:
-    from motor.coordinator.server import HttpServer
+    from motor.coordinator.http.server import HttpServer
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from typing import Any, Literal
 import orjson
 
 from motor.config.models import InputConfig
-from motor.coordinator import jsonio
-from motor.coordinator.errors import HttpError, bad_request
+from motor.coordinator.http import jsonio
+from motor.coordinator.http.errors import HttpError, bad_request
 from motor.coordinator.scheduling.demand import Demand
 from motor.coordinator.scheduling.prefix import CHARS_PER_TOKEN
 

@@ -7,14 +7,12 @@ What happens to the request on its way through engines is its current `Attempt` 
 import asyncio
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from motor.coordinator.client_request import ClientRequest
 from motor.coordinator.dispatch.attempt import Attempt
+from motor.coordinator.dispatch.context import DispatchContext
 from motor.coordinator.dispatch.failures import ABORTS
-from motor.coordinator.requests import ClientRequest
-
-if TYPE_CHECKING:
-    from motor.coordinator.core import Core
 
 _NOTHING_EXCLUDED: frozenset[str] = frozenset()
 
@@ -45,7 +43,7 @@ class Dispatch:
         "attempt",
         "client_rid",
         "closed",
-        "core",
+        "context",
         "deadline",
         "loop",
         "request",
@@ -53,17 +51,21 @@ class Dispatch:
     )
 
     def __init__(
-        self, core: "Core", request: ClientRequest, request_id: str, client_rid: bytes | None = None
+        self,
+        context: DispatchContext,
+        request: ClientRequest,
+        request_id: str,
+        client_rid: bytes | None = None,
     ) -> None:
         """`request_id`: motor's own id, the base of every engine request id. `client_rid`: the client's
         X-Request-Id, only echoed back and logged (two clients may send the same one)."""
-        self.core = core
+        self.context = context
         self.request = request
         self.request_id = request_id
         self.client_rid = client_rid
-        self.loop = core.loop
+        self.loop = context.loop
         self.arrival = time.perf_counter()
-        self.deadline = self.loop.time() + core.config.exception_config.infer_timeout
+        self.deadline = self.loop.time() + context.limits.exceptions.infer_timeout
         self.attempt: Attempt | None = None
         self.abort_kind: str | None = None
         self.closed = False

@@ -8,7 +8,7 @@ OpenAI error body naming the missing roles otherwise. The management port keeps 
 from typing import Any
 
 from motor import __version__
-from motor.coordinator.errors import HttpError
+from motor.coordinator.http.errors import HttpError
 from motor.coordinator.registry import InstanceRegistry
 from motor.kv.connectors import DispatchProfile
 

@@ -3,19 +3,18 @@
 import json
 import time
 
-from motor.coordinator.asgi import Receive, Scope, Send, not_found, read_body, send_bytes, send_error
-from motor.coordinator.core import Core
-from motor.coordinator.dispatch.callbacks import CALLBACK_PATH_PREFIX
+from motor.coordinator.dispatch.callbacks import CALLBACK_PATH_PREFIX, CallbackRegistry
 from motor.coordinator.dispatch.failures import EngineRejected, LegFailure
-from motor.coordinator.dispatch.profiles import answer_prefill_callback
-from motor.coordinator.errors import HttpError, bad_request
+from motor.coordinator.dispatch.flows import answer_prefill_callback
+from motor.coordinator.http.asgi import Receive, Scope, Send, not_found, read_body, send_bytes, send_error
+from motor.coordinator.http.errors import HttpError, bad_request
 
 CALLBACK_BODY_LIMIT = 1 << 20
 
 
 class CallbackApp:
-    def __init__(self, core: Core) -> None:
-        self.core = core
+    def __init__(self, callbacks: CallbackRegistry) -> None:
+        self.callbacks = callbacks
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -23,7 +22,7 @@ class CallbackApp:
         path: str = scope["path"]
         slot = None
         if scope["method"] == "POST" and path.startswith(CALLBACK_PATH_PREFIX):
-            slot = self.core.callbacks.get(path[len(CALLBACK_PATH_PREFIX) :])
+            slot = self.callbacks.get(path[len(CALLBACK_PATH_PREFIX) :])
         if slot is None:
             error = not_found(path)
             error.message = "unknown callback: the request it belonged to has ended or never existed"

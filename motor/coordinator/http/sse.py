@@ -2,7 +2,7 @@
 
 import json
 
-from motor.coordinator.errors import error_object
+from motor.coordinator.http.errors import error_object
 
 DONE_EVENT = b"data: [DONE]\n\n"
 EVENT_END = b"\n\n"

@@ -5,8 +5,16 @@ import logging
 import re
 import time
 from collections.abc import Collection
+from functools import partial
 
-from motor.coordinator.asgi import (
+from motor.coordinator.api.health import health, version
+from motor.coordinator.client_request import Api, parse_request
+from motor.coordinator.core import Core
+from motor.coordinator.dispatch.dispatch import Dispatch, new_request_id
+from motor.coordinator.dispatch.failures import ABORTS, EngineRejected, LegFailure, open_with_retries
+from motor.coordinator.dispatch.flows import choose_flow
+from motor.coordinator.dispatch.relay import relay_full, relay_stream
+from motor.coordinator.http.asgi import (
     CLOSE,
     ON_DISCONNECT,
     Receive,
@@ -20,16 +28,9 @@ from motor.coordinator.asgi import (
     send_error,
     send_json,
 )
-from motor.coordinator.core import Core
-from motor.coordinator.dispatch.failures import ABORTS, EngineRejected, LegFailure
-from motor.coordinator.dispatch.request import Dispatch, new_request_id
-from motor.coordinator.dispatch.retry import open_with_retries
-from motor.coordinator.errors import HttpError
-from motor.coordinator.health import health, version
-from motor.coordinator.relay import relay_full, relay_stream
-from motor.coordinator.requests import Api, parse_request
-from motor.coordinator.server import HttpServer, coordinator_server
-from motor.coordinator.sse import error_events
+from motor.coordinator.http.errors import HttpError
+from motor.coordinator.http.server import HttpServer, coordinator_server
+from motor.coordinator.http.sse import error_events
 from motor.protocol.specs import TlsFiles
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class InferenceApp:
     def __init__(self, core: Core) -> None:
         self.core = core
         self.created = int(time.time())
+        self._choose_flow = partial(choose_flow, core.profile, core.registry)
         self.max_connections = core.config.request_limit.max_connections
         # The server's open connections (`serve_connections`); requests on connections beyond the cap are refused.
         self.connections: Collection[object] = ()
@@ -153,7 +155,7 @@ class InferenceApp:
             limits = core.config.request_limit
             raw = await read_body(scope, receive, limits.max_body_bytes, limits.body_read_timeout)
             request = parse_request(api, raw, core.models(), core.config.input_config)
-            dispatch = Dispatch(core, request, request_id, client_rid)
+            dispatch = Dispatch(core.dispatch_context, request, request_id, client_rid)
             status = await self._serve(dispatch, scope, send)
         except HttpError as error:
             status = error.status
@@ -201,7 +203,7 @@ class InferenceApp:
         response_started = False
         try:
             try:
-                attempt = await open_with_retries(d)
+                attempt = await open_with_retries(d, self._choose_flow)
             except EngineRejected as rejected:
                 await send_bytes(
                     send,
@@ -223,7 +225,7 @@ class InferenceApp:
                 return failure.status
             response_started = True
             if d.request.stream:
-                return await relay_stream(attempt, send)
+                return await relay_stream(attempt, send, core.metrics)
             return await relay_full(attempt, send)
         except asyncio.CancelledError:
             if d.abort_kind is None:

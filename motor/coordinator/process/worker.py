@@ -1,6 +1,7 @@
-"""One inference worker process of a multi-worker coordinator (started by `motor.coordinator.supervisor`).
+"""One inference worker process of a multi-worker coordinator (started by
+`motor.coordinator.process.worker_supervisor`).
 
-`python -m motor.coordinator.worker --spec FILE --index I --control-fd FD --state PATH`
+`python -m motor.coordinator.process.worker --spec FILE --index I --control-fd FD --state PATH`
 serves the OpenAI API on the shared inference port (SO_REUSEPORT) and decode callbacks on its own port, and
 takes its instance set from the supervisor over the control channel.
 """
@@ -17,19 +18,19 @@ from pathlib import Path
 import uvloop
 from prometheus_client import CollectorRegistry
 
-from motor.coordinator.app_callback import CallbackApp
-from motor.coordinator.app_infer import inference_server
+from motor.coordinator.api.callback_listener import CallbackApp
+from motor.coordinator.api.inference import inference_server
+from motor.coordinator.api.limits import SharedState
 from motor.coordinator.core import Core
-from motor.coordinator.limits import SharedState
+from motor.coordinator.http.server import coordinator_server, listen_socket, serve
 from motor.coordinator.metrics import CoordinatorMetrics
-from motor.coordinator.server import coordinator_server, listen_socket, serve
 from motor.coordinator.settings import CoordinatorSettings
 from motor.protocol.instances import InstanceEvent
 from motor.protocol.specs import CoordinatorSpec, load_spec
 from motor.protocol.workers import TO_WORKER, InstanceSetAck, ToWorker, WorkerReady
 from motor.runtime.channel import Channel, open_channel
 
-log = logging.getLogger("motor.coordinator.worker")
+log = logging.getLogger("motor.coordinator.process.worker")
 
 
 async def _follow_supervisor(core: Core, channel: Channel[ToWorker]) -> None:
@@ -57,7 +58,7 @@ async def run_worker(settings: CoordinatorSettings, index: int, control_fd: int,
     channel = await open_channel(socket.socket(fileno=control_fd), TO_WORKER)
     servers = [
         (inference_server(core, settings.infer_tls), infer_socket),
-        (coordinator_server(CallbackApp(core), config), callback_socket),
+        (coordinator_server(CallbackApp(core.callbacks), config), callback_socket),
     ]
     follower = asyncio.create_task(_follow_supervisor(core, channel))
     follower.add_done_callback(lambda _: stop.set())  # the supervisor is gone: stop too
@@ -85,7 +86,7 @@ async def run_worker(settings: CoordinatorSettings, index: int, control_fd: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m motor.coordinator.worker", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m motor.coordinator.process.worker", description=__doc__)
     parser.add_argument("--spec", required=True, type=Path)
     parser.add_argument("--index", required=True, type=int)
     parser.add_argument("--control-fd", required=True, type=int)
