@@ -3,8 +3,8 @@
 Modules that import each other can be neither read nor moved one at a time, and the circle breaks at import
 time as soon as one of them needs a name of the other at module level. Every import counts: at the top, inside
 a function, under TYPE_CHECKING. An import that has to close a circle says why in a comment on its line (or
-the line above) starting `# import cycle:`; the circles that were there before this check are listed in
-KNOWN_CYCLE_EDGES, each with its reason, until their package is laid out again.
+the line above) starting `# import cycle:` (today: type-hint-only back references in the coordinator's dispatch
+and HTTP transport, under TYPE_CHECKING).
 """
 
 import ast
@@ -15,21 +15,6 @@ import motor
 
 PACKAGE = Path(motor.__file__).parent
 CYCLE_COMMENT = "# import cycle:"
-
-# (importer, imported) -> why the import stays for now. All are type-only back-references (TYPE_CHECKING):
-# the coordinator's request dispatch names the objects that own it in its type hints.
-KNOWN_CYCLE_EDGES: dict[tuple[str, str], str] = {
-    (
-        "motor.coordinator.http_protocol",
-        "motor.coordinator.server",
-    ): "a connection's hints name its HttpServer",
-    ("motor.coordinator.dispatch.request", "motor.coordinator.core"): "a Dispatch's hints name the Core",
-    ("motor.coordinator.dispatch.attempt", "motor.coordinator.dispatch.request"): "hints name the Dispatch",
-    ("motor.coordinator.dispatch.attempt", "motor.coordinator.dispatch.profiles"): "hints name the Flow",
-    ("motor.coordinator.dispatch.callbacks", "motor.coordinator.dispatch.attempt"): "hints name the Attempt",
-    ("motor.coordinator.dispatch.observe", "motor.coordinator.dispatch.attempt"): "hints name Attempt, Leg",
-    ("motor.coordinator.dispatch.states", "motor.coordinator.dispatch.attempt"): "hints name Attempt, Leg",
-}
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -94,18 +79,7 @@ def cycle_edges(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_no_module_takes_part_in_an_import_cycle() -> None:
-    graph = import_graph()
-    for importer, imported in KNOWN_CYCLE_EDGES:
-        graph[importer].discard(imported)
-    assert cycle_edges(graph) == []
-
-
-def test_every_known_cycle_edge_still_closes_a_cycle() -> None:
-    """A circle that was untangled leaves the allow-list with it."""
-    graph = import_graph()
-    assert sorted(f"{a} -> {b}" for a, b in KNOWN_CYCLE_EDGES) == [
-        edge for edge in cycle_edges(graph) if tuple(edge.split(" -> ")) in KNOWN_CYCLE_EDGES
-    ]
+    assert cycle_edges(import_graph()) == []
 
 
 def write_package(root: Path, files: dict[str, str]) -> Path:

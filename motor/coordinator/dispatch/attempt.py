@@ -57,7 +57,10 @@ from motor.coordinator.scheduling.scheduler import Allocation
 from motor.runtime.backoff import Backoff
 
 if TYPE_CHECKING:
+    # import cycle: type hints only — the Dispatch that owns this attempt
     from motor.coordinator.dispatch.dispatch import Dispatch
+
+    # import cycle: type hints only — the flow that drives this attempt
     from motor.coordinator.dispatch.flows import Flow
 
 ERROR_EVENT_PREFIX = b'data: {"error"'

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    # import cycle: type hints only — the attempt a callback slot answers
     from motor.coordinator.dispatch.attempt import Attempt
 
 CALLBACK_PATH_PREFIX = "/v1/metaserver/"

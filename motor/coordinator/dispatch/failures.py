@@ -22,8 +22,13 @@ from typing import TYPE_CHECKING
 from motor.runtime.backoff import Backoff
 
 if TYPE_CHECKING:
+    # import cycle: type hints only — settle() and the retry loop decide for these objects
     from motor.coordinator.dispatch.attempt import Attempt
+
+    # import cycle: type hints only (as above)
     from motor.coordinator.dispatch.dispatch import Dispatch
+
+    # import cycle: type hints only (as above)
     from motor.coordinator.dispatch.flows import Flow
     from motor.coordinator.registry import Target
 

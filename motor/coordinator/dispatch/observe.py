@@ -32,6 +32,7 @@ from motor.coordinator.metrics import CoordinatorMetrics
 from motor.coordinator.scheduling.load import EndpointLoad
 
 if TYPE_CHECKING:
+    # import cycle: type hints only — the attempts and legs it observes
     from motor.coordinator.dispatch.attempt import Attempt, Leg
 
 log = logging.getLogger(__name__)

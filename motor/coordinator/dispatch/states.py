@@ -35,6 +35,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    # import cycle: type hints only — the attempts and legs whose transitions it checks
     from motor.coordinator.dispatch.attempt import Attempt, Leg
 
 

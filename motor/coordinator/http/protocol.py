@@ -40,6 +40,7 @@ from motor.coordinator.http.asgi import COMPLETE_BODY, ON_DISCONNECT, Message, s
 from motor.coordinator.http.errors import HttpError, bad_request
 
 if TYPE_CHECKING:
+    # import cycle: type hints only — the server whose limits a connection reads
     from motor.coordinator.http.server import HttpServer
 
 log = logging.getLogger(__name__)
