@@ -19,16 +19,13 @@ ALLOWED: dict[str, set[str]] = {
     "kv": set(),
     "protocol": {"config", "kv"},
     "runtime": {"protocol"},
-    "pool": {
-        "kv",
-        "protocol",
-        "runtime",
-    },  # the KV pool client library: store client, metrics, master launcher
+    "kvstore": {"kv", "protocol", "runtime"},  # the Mooncake store client library
+    "pool": {"kv", "protocol", "runtime"},  # the pool runtime: master launcher, the master's metrics
     "observability": {"config", "kv", "protocol", "runtime", "pool"},
     "coordinator": {"config", "kv", "protocol", "runtime"},
     "controller": {"config", "protocol", "runtime"},
     "node_manager": {"protocol", "runtime"},
-    "engine": {"config", "kv", "protocol", "runtime", "pool"},
+    "engine": {"config", "kv", "protocol", "runtime", "kvstore"},
     "deploy": {"config", "kv", "protocol", "runtime", "pool", "observability"},
     "cli": {"config", "kv", "protocol", "runtime", "pool", "observability", "deploy", "engine"},
 }

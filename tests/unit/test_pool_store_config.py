@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from motor.kv.pool import KvCachePoolConfig, engine_store_config
-from motor.pool.net import split_host_port
-from motor.pool.store import CONFIG_PATH_ENV, StoreConfigError, StoreError, load_store_config
+from motor.kvstore.client import CONFIG_PATH_ENV, StoreConfigError, StoreError, load_store_config
+from motor.runtime.net import split_host_port
 
 
 def write_json(path: Path, data: object) -> Path:

@@ -19,7 +19,7 @@ from motor.engine.sim.faults import FaultInjector
 from motor.engine.sim.kv_pool import KvPool, StoreLink
 from motor.engine.sim.metrics import EngineMetrics
 from motor.engine.sim.virtual import VirtualEngines
-from motor.pool.store import StoreError, load_store_config
+from motor.kvstore.client import StoreError, load_store_config
 
 log = logging.getLogger("motor.engine.sim")
 

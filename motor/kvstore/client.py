@@ -5,7 +5,7 @@ grants the object a lease of `default_kv_lease_ttl` during which it can be neith
 (unless forced), and values must be non-empty and no larger than the client's `local_buffer_size`.
 
 While the master is gone the client fails fast: the first call that finds it gone opens a circuit breaker
-(motor.pool.outage), later calls raise StoreUnavailable at once instead of blocking seconds in Mooncake's
+(motor.kvstore.outage), later calls raise StoreUnavailable at once instead of blocking seconds in Mooncake's
 reconnect loop, and calls go through again once the master's port accepts connections and a trial call works.
 """
 
@@ -24,10 +24,10 @@ from typing import Any, Concatenate, NoReturn, ParamSpec, Self, TypeVar
 from mooncake.store import MooncakeDistributedStore
 
 from motor.kv.sizes import parse_size
-from motor.pool.net import accepts_connections, split_host_port
-from motor.pool.outage import MasterOutage, OutageView
+from motor.kvstore.outage import MasterOutage, OutageView
 from motor.protocol import env as env_names
 from motor.runtime.backoff import Backoff
+from motor.runtime.net import accepts_connections, split_host_port
 
 CONFIG_PATH_ENV = env_names.STORE_CONFIG_PATH
 
