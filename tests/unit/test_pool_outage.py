@@ -2,7 +2,8 @@
 
 import pytest
 
-from motor.kvstore.client import RPC_FAIL, StoreError, StoreUnavailable, _guarded
+from motor.kvstore.client import _guarded
+from motor.kvstore.errors import RPC_FAIL, StoreError, StoreUnavailable
 from motor.kvstore.outage import MasterOutage
 from motor.runtime.backoff import Backoff
 

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from motor.kv.pool import KvCachePoolConfig, engine_store_config
-from motor.kvstore.client import CONFIG_PATH_ENV, StoreConfigError, StoreError, load_store_config
+from motor.kvstore.config import CONFIG_PATH_ENV, load_store_config
+from motor.kvstore.errors import StoreConfigError, StoreError
 from motor.runtime.net import split_host_port
 
 
