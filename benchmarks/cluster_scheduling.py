@@ -78,7 +78,7 @@ from motor.engine.sim.capacity import CapacityModel
 from motor.engine.sim.cli import capacity_flags
 from motor.kv.pool import KvCachePoolConfig
 from motor.pool.master import MooncakeMaster
-from motor.pool.net import free_local_ports
+from motor.runtime.net import free_local_ports
 
 MODEL = "cluster-sim"
 MOTOR_POLICIES = ("round_robin", "load_balance", "prefix_affinity", "pd_aware")

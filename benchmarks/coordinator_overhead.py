@@ -54,7 +54,7 @@ from motor.config import load_documents
 from motor.coordinator.api.auth import hash_api_key
 from motor.coordinator.http.upstream import UpstreamConnection, UpstreamPool
 from motor.deploy.plan import build_plan
-from motor.pool.net import free_local_ports
+from motor.runtime.net import free_local_ports
 
 MODEL = "sim-model"
 BODY = json.dumps(

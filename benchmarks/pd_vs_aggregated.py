@@ -58,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from motor.config import load_config
 from motor.config.ports import instance_ports
 from motor.pool.metrics import scrape_pool
-from motor.pool.net import free_port_block
+from motor.runtime.net import free_port_block
 from tests.fixtures.local_example import with_ports
 
 REPO = Path(__file__).resolve().parents[1]

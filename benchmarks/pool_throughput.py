@@ -30,9 +30,9 @@ from mooncake.store import MooncakeDistributedStore
 from plotting import default_plot_path, figure, save
 
 from motor.kv.pool import KvCachePoolConfig
+from motor.kvstore.client import StoreClient
 from motor.pool.master import MooncakeMaster
-from motor.pool.net import free_local_ports
-from motor.pool.store import StoreClient
+from motor.runtime.net import free_local_ports
 
 MIB = 1 << 20
 SEGMENT_SIZE = 512 * MIB

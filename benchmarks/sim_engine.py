@@ -32,7 +32,7 @@ import aiohttp
 import uvloop
 from plotting import default_plot_path, figure, save
 
-from motor.pool.net import free_local_ports
+from motor.runtime.net import free_local_ports
 
 BODY = {"model": "bench", "prompt": "hello there, simulator", "max_tokens": 2, "temperature": 0}
 

@@ -26,6 +26,11 @@ class BatchedHistogram:
     per-request histograms use it too. The flush (every sweep, at most 0.5 s apart, and before each scrape)
     adds the counts to the histogram's own bucket values, so the exposition is exactly what per-event
     observe() would give (tests/unit/test_coordinator_metrics.py checks that).
+
+    Those bucket values are prometheus_client's private state (`_upper_bounds`, `_buckets`, `_sum`): writing
+    them is what reaches the files of its multiprocess mode, which the management process aggregates, and which
+    a collector of our own counts in the worker would never reach. pyproject.toml therefore pins the version
+    whose internals the tests check, in one process and across worker processes.
     """
 
     def __init__(self, histogram: Histogram) -> None:

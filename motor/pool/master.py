@@ -11,8 +11,8 @@ from typing import Any, Self
 
 from motor.kv.pool import KvCachePoolConfig, engine_store_config, master_args, metrics_url
 from motor.pool.metrics import MetricsUnavailable, fetch_metrics_text
-from motor.pool.net import accepts_connections, try_bind
 from motor.runtime.logs import LogFile, tail
+from motor.runtime.net import accepts_connections, try_bind
 from motor.runtime.processes import Child, spawn
 
 BINARY_NAME = "mooncake_master"

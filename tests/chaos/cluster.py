@@ -22,11 +22,11 @@ import httpx
 from motor.cli import local_job
 from motor.config import load_config
 from motor.deploy.plan import Plan, build_plan
+from motor.kvstore.client import StoreClient
 from motor.pool.metrics import MetricsUnavailable, PoolSnapshot, scrape_pool
-from motor.pool.net import free_local_ports
-from motor.pool.store import StoreClient
 from motor.protocol.controller import ControllerState, bearer
 from motor.protocol.specs import NodeManagerSpec, dump_spec, spec_file_name
+from motor.runtime.net import free_local_ports
 from tests.chaos.proxy import BlackholeProxy
 from tests.fixtures.control import ConfigPair, LocalRun, merge, pid_alive, sim_config
 from tests.fixtures.etcd import etcd_binary

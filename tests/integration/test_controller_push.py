@@ -7,8 +7,8 @@ from pathlib import Path
 
 import httpx
 
-from motor.pool.net import free_port_block
 from motor.protocol.controller import ControllerState, bearer
+from motor.runtime.net import free_port_block
 from tests.fixtures.control import TOKEN, ControlPlane, RefreshRecorder
 from tests.integration.test_controller_lifecycle import controller_client, heartbeat, register
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from motor.pool.net import free_local_ports
+from motor.runtime.net import free_local_ports
 from tests.fixtures.sim import SIM_ADMIN, SIM_ADMIN_TOKEN, SIM_ADMIN_TOKEN_VAR
 
 WAIT_S = 30.0

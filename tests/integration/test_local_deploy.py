@@ -15,7 +15,7 @@ import pytest
 
 from motor.cli import local_job, local_status
 from motor.pool.metrics import scrape_pool
-from motor.pool.net import free_port_block
+from motor.runtime.net import free_port_block
 from motor.runtime.processes import start_ticks
 from tests.fixtures.control import LocalRun
 from tests.fixtures.kv_handover import assert_kv_handover, decode_counters

@@ -4,7 +4,7 @@ import random
 import threading
 import time
 
-from motor.pool.store import StoreClient
+from motor.kvstore.client import StoreClient
 from tests.fixtures.pool import TEST_SEGMENT_SIZE, RunningPool, StartPool
 
 MIB = 1 << 20

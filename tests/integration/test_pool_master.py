@@ -8,7 +8,7 @@ import pytest
 from motor.kv.pool import KvCachePoolConfig
 from motor.pool.master import MasterError, MooncakeMaster, find_master_binary
 from motor.pool.metrics import scrape_pool
-from motor.pool.net import accepts_connections, free_local_ports
+from motor.runtime.net import accepts_connections, free_local_ports
 from tests.fixtures.pool import RunningPool, StartPool
 
 

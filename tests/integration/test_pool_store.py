@@ -5,16 +5,11 @@ from pathlib import Path
 import pytest
 from mooncake.store import MooncakeDistributedStore
 
-from motor.pool.net import free_local_ports
-from motor.pool.store import (
-    CONFIG_PATH_ENV,
-    NO_AVAILABLE_HANDLE,
-    StoreClient,
-    StoreError,
-    StoreUnavailable,
-    load_store_config,
-)
+from motor.kvstore.client import StoreClient
+from motor.kvstore.config import CONFIG_PATH_ENV, load_store_config
+from motor.kvstore.errors import NO_AVAILABLE_HANDLE, StoreError, StoreUnavailable
 from motor.runtime.backoff import Backoff
+from motor.runtime.net import free_local_ports
 from tests.fixtures.pool import TEST_LOCAL_BUFFER_SIZE, RunningPool
 
 SIZES = {"1KiB": 1 << 10, "64KiB": 64 << 10, "1MiB": 1 << 20}

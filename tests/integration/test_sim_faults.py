@@ -75,7 +75,7 @@ async def test_hang_holds_requests_until_cleared_or_abandoned(sim_engines: Start
 
         pending = asyncio.ensure_future(client.post("/v1/completions", json=BODY))
         # the engine holds it (no sleep-and-hope: its own counters say the hang fault took the request)
-        held = 'motor_sim_faults_fired_total{engine="0",model_name="sim-model",fault="hang"}'
+        held = 'motor_sim_faults_fired_total{engine="0",fault="hang",model_name="sim-model"}'
         waiting = 'vllm:num_requests_waiting{engine="0",model_name="sim-model"}'
         async with asyncio.timeout(10):
             while (await scrape(client))[held] < 2:
@@ -88,7 +88,9 @@ async def test_hang_holds_requests_until_cleared_or_abandoned(sim_engines: Start
         assert released.status_code == 200 and released.json()["choices"][0]["finish_reason"] == "length"
 
         metrics = (await client.get("/metrics")).text
-        assert 'finished_reason="abort"} 1.0' in metrics  # the request abandoned by its client
+        assert (
+            'finished_reason="abort",model_name="sim-model"} 1.0' in metrics
+        )  # the request abandoned by its client
         assert 'vllm:num_requests_waiting{engine="0",model_name="sim-model"} 0.0' in metrics
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from motor.engine.sim.config import OWNED_BY
 from motor.engine.sim.tokenizer import EOS_ID, decode
@@ -35,13 +36,14 @@ def sse_events(raw: bytes) -> list[Any]:
 
 
 def scrape(engine: SimEngine) -> dict[str, float]:
+    """The engine's samples by name and their labels besides engine="0" and model_name (`m{source="x"}`)."""
     samples = {}
-    for line in httpx.get(f"{engine.base_url}/metrics").text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            samples[
-                name.replace('engine="0",model_name="sim-model"', "").replace("{,", "{").replace("{}", "")
-            ] = float(value)
+    for family in text_string_to_metric_families(httpx.get(f"{engine.base_url}/metrics").text):
+        for sample in family.samples:
+            labels = dict(sample.labels)
+            assert (labels.pop("engine"), labels.pop("model_name")) == ("0", "sim-model"), sample
+            extra = ",".join(f'{key}="{value}"' for key, value in labels.items())
+            samples[f"{sample.name}{{{extra}}}" if extra else sample.name] = sample.value
     return samples
 
 

@@ -25,8 +25,8 @@ from motor.config import load_documents
 from motor.config.models import NodeManagerConfig
 from motor.config.topology import RoleSpec
 from motor.deploy.engines import EngineLaunchRequest, engine_spec
-from motor.pool.net import free_local_ports
 from motor.protocol.specs import EngineSpec
+from motor.runtime.net import free_local_ports
 from tests.fixtures.pool import RunningPool
 
 pytestmark = [

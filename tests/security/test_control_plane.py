@@ -9,10 +9,10 @@ from pathlib import Path
 import httpx
 from aiohttp import web
 
-from motor.pool.net import free_port_block
 from motor.protocol.controller import ControllerState, bearer
 from motor.protocol.credentials import instance_credential
 from motor.protocol.node_manager import NodeManagerStatus
+from motor.runtime.net import free_port_block
 from tests.fixtures.control import TOKEN, ConfigPair, ControlPlane, RefreshRecorder, sim_config
 from tests.fixtures.sim import SIM_ADMIN, SIM_ADMIN_TOKEN, StartSimEngine
 from tests.integration.test_controller_lifecycle import credential, registration

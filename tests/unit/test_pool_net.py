@@ -5,8 +5,8 @@ from collections import deque
 
 import pytest
 
-from motor.pool import net
-from motor.pool.net import free_port_block
+from motor.runtime import net
+from motor.runtime.net import free_port_block
 
 
 @pytest.fixture(autouse=True)

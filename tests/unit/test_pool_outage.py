@@ -2,8 +2,9 @@
 
 import pytest
 
-from motor.pool.outage import MasterOutage
-from motor.pool.store import RPC_FAIL, StoreError, StoreUnavailable, _guarded
+from motor.kvstore.client import _guarded
+from motor.kvstore.errors import RPC_FAIL, StoreError, StoreUnavailable
+from motor.kvstore.outage import MasterOutage
 from motor.runtime.backoff import Backoff
 
 LOOKS = Backoff(initial_s=1.0, factor=2.0, cap_s=4.0)

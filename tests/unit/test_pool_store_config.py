@@ -5,8 +5,9 @@ from pathlib import Path
 import pytest
 
 from motor.kv.pool import KvCachePoolConfig, engine_store_config
-from motor.pool.net import split_host_port
-from motor.pool.store import CONFIG_PATH_ENV, StoreConfigError, StoreError, load_store_config
+from motor.kvstore.config import CONFIG_PATH_ENV, load_store_config
+from motor.kvstore.errors import StoreConfigError, StoreError
+from motor.runtime.net import split_host_port
 
 
 def write_json(path: Path, data: object) -> Path:

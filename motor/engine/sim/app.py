@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from prometheus_client import CollectorRegistry, generate_latest
 from pydantic import ValidationError
 
 from motor.engine.sim import sse
@@ -23,7 +24,7 @@ from motor.engine.sim.config import OWNED_BY, SimConfig
 from motor.engine.sim.engine import GenerationRequest, Sequence, SimEngine
 from motor.engine.sim.errors import SimError, bad_request
 from motor.engine.sim.faults import FaultInjector
-from motor.engine.sim.metrics import EngineMetrics, PoolLinkView
+from motor.engine.sim.metrics import EngineCollector, EngineLoad, EngineMetrics, PoolLinkView
 from motor.engine.sim.openai_protocol import ApiRequest, ChunkWriter, Endpoint, full_response, parse_request
 from motor.engine.sim.sampling import sampling_seed
 from motor.engine.sim.transfer import parse_transfer_params
@@ -111,7 +112,16 @@ class SimApp:
         self._engine = engine
         self._faults = faults
         self._metrics = metrics
-        self._pool_view = pool_view
+        self._registry = CollectorRegistry(auto_describe=False)
+        self._registry.register(
+            EngineCollector(
+                metrics,
+                model_name=config.model_name,
+                engine=str(config.engine_index),
+                load=self._load,
+                pool=pool_view,
+            )
+        )
         self._routes: dict[tuple[str, str], Callable[[Scope, Receive, Send], Awaitable[None]]] = {
             ("POST", "/v1/completions"): self._completions,
             ("POST", "/v1/chat/completions"): self._chat_completions,
@@ -166,18 +176,17 @@ class SimApp:
         else:
             await _send_bytes(send, 200, b"", [])
 
-    async def _prometheus(self, scope: Scope, receive: Receive, send: Send) -> None:
-        text = self._metrics.render(
-            model_name=self._config.model_name,
+    def _load(self) -> EngineLoad:
+        return EngineLoad(
             running=self._engine.num_running,
             waiting=self._engine.num_waiting,
             kv_cache_usage=self._engine.kv_cache_usage(),
-            engine=str(self._config.engine_index),
             queued_prefill_tokens=self._engine.queued_prefill_tokens(),
             preemptions=self._engine.num_preemptions,
-            pool=self._pool_view() if self._pool_view is not None else None,
         )
-        await _send_bytes(send, 200, text.encode(), [_PROMETHEUS])
+
+    async def _prometheus(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await _send_bytes(send, 200, generate_latest(self._registry), [_PROMETHEUS])
 
     def _admin(
         self, route: Callable[[Scope, Receive, Send], Awaitable[None]]

@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 
 from motor.engine.sim.faults import FaultInjector
 from motor.engine.sim.metrics import EngineMetrics, PoolLinkView
-from motor.pool.store import StoreClient, StoreError, StoreUnavailable
+from motor.kvstore.client import StoreClient
+from motor.kvstore.errors import StoreError, StoreUnavailable
 from motor.runtime.backoff import Backoff
 
 log = logging.getLogger(__name__)

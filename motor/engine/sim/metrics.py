@@ -1,6 +1,13 @@
-"""Prometheus metrics under vLLM's names (`vllm:*`), plus a few `motor_sim_*` counters of the simulated KV path."""
+"""Prometheus metrics under vLLM's names (`vllm:*`), plus a few `motor_sim_*` counters of the simulated KV path.
 
+The engine counts into `EngineMetrics` (plain integers, no lock: one event loop); `EngineCollector` turns those
+counts and the engine's live figures into metric families at scrape time."""
+
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 TOKEN_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
 # vLLM's cache tiers for cached prompt tokens: the sim's local prefix cache is "device", KV a prefill handed over
@@ -9,6 +16,8 @@ CACHE_HIT_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
 FINISH_REASONS = ("stop", "length", "abort", "error")
 # The faults whose every action is counted (crash_after ends the process: its proof is the exit and its log line).
 COUNTED_FAULTS = ("hang", "slowdown", "error_rate", "kv_put_fail", "kv_get_fail", "kv_corrupt", "health_down")
+# vLLM's labels on every engine series
+ENGINE_LABELS = ("engine", "model_name")
 
 
 @dataclass(frozen=True)
@@ -22,8 +31,15 @@ class PoolLinkView:
     down_seconds: float
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+@dataclass(frozen=True)
+class EngineLoad:
+    """The engine's live figures at scrape time."""
+
+    running: int
+    waiting: int
+    kv_cache_usage: float
+    queued_prefill_tokens: int
+    preemptions: int
 
 
 @dataclass
@@ -47,140 +63,146 @@ class EngineMetrics:
     injected_errors: int = 0
     faults_fired: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTED_FAULTS, 0))
 
-    def render(
+
+class EngineCollector(Collector):
+    """One engine's families, every series labelled with its engine index and model name (as vLLM does).
+
+    `load` is read at each scrape; `pool` (None: the engine has no pool) adds the pool link's families."""
+
+    def __init__(
         self,
+        metrics: EngineMetrics,
         *,
         model_name: str,
-        running: int,
-        waiting: int,
-        kv_cache_usage: float,
-        engine: str = "0",
-        queued_prefill_tokens: int = 0,
-        preemptions: int = 0,
-        pool: PoolLinkView | None = None,
-    ) -> str:
-        labels = f'engine="{_escape(engine)}",model_name="{_escape(model_name)}"'
-        lines: list[str] = []
+        engine: str,
+        load: Callable[[], EngineLoad],
+        pool: Callable[[], PoolLinkView] | None = None,
+    ) -> None:
+        self._metrics = metrics
+        self._labels = [engine, model_name]
+        self._load = load
+        self._pool = pool
 
-        def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
-            lines.append(f"# HELP {name} {help_text}")
-            lines.append(f"# TYPE {name} {kind}")
-            sample_name = f"{name}_total" if kind == "counter" else name
-            for extra_labels, value in samples:
-                label_text = f"{labels},{extra_labels}" if extra_labels else labels
-                lines.append(f"{sample_name}{{{label_text}}} {float(value)}")
-
-        def single(name: str, kind: str, help_text: str, value: float) -> None:
-            metric(name, kind, help_text, [("", value)])
-
-        single(
-            "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", running
+    def collect(self) -> Iterator[Metric]:
+        load = self._load()
+        counts = self._metrics
+        yield self._gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches.", load.running
         )
-        single("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", waiting)
-        single(
-            "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", kv_cache_usage
+        yield self._gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed.", load.waiting
         )
-        single(
-            "vllm:num_preemptions", "counter", "Requests preempted (KV freed, recomputed later).", preemptions
+        yield self._gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", load.kv_cache_usage
         )
-        single(
+        yield self._counter(
+            "vllm:num_preemptions", "Requests preempted (KV freed, recomputed later).", load.preemptions
+        )
+        yield self._gauge(
             "motor_sim_queued_prefill_tokens",
-            "gauge",
             "Prompt tokens admitted or waiting whose prefill has not been computed yet.",
-            queued_prefill_tokens,
+            load.queued_prefill_tokens,
         )
-        single("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.", self.prompt_tokens)
-        single(
-            "vllm:generation_tokens",
-            "counter",
-            "Number of generation tokens processed.",
-            self.generation_tokens,
+        yield self._counter("vllm:prompt_tokens", "Number of prefill tokens processed.", counts.prompt_tokens)
+        yield self._counter(
+            "vllm:generation_tokens", "Number of generation tokens processed.", counts.generation_tokens
         )
-        metric(
+        yield self._counters_by(
             "vllm:prompt_tokens_by_source",
-            "counter",
             "Number of prompt tokens by source.",
-            [(f'source="{source}"', count) for source, count in self.prompt_tokens_by_source.items()],
+            "source",
+            counts.prompt_tokens_by_source,
         )
-        metric(
+        yield self._counters_by(
             "vllm:prompt_tokens_cached_by_source",
-            "counter",
             "Prefix-cache hit tokens by the cache tier that supplied them: device (the local prefix cache), p2p "
             "(handed over by a prefill through kv_transfer_params) or external_unspecified (found in the pool).",
-            [(f'source="{source}"', count) for source, count in self.prompt_tokens_cached_by_source.items()],
+            "source",
+            counts.prompt_tokens_cached_by_source,
         )
-        single(
-            "vllm:prefix_cache_queries",
-            "counter",
-            "Prefix cache queries, in tokens.",
-            self.prefix_cache_queries,
+        yield self._counter(
+            "vllm:prefix_cache_queries", "Prefix cache queries, in tokens.", counts.prefix_cache_queries
         )
-        single("vllm:prefix_cache_hits", "counter", "Prefix cache hits, in tokens.", self.prefix_cache_hits)
-        single(
+        yield self._counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in tokens.", counts.prefix_cache_hits
+        )
+        yield self._counter(
             "vllm:external_prefix_cache_queries",
-            "counter",
             "External prefix cache (KV connector) queries, in tokens.",
-            self.external_prefix_cache_queries,
+            counts.external_prefix_cache_queries,
         )
-        single(
+        yield self._counter(
             "vllm:external_prefix_cache_hits",
-            "counter",
             "External prefix cache (KV connector) hits, in tokens.",
-            self.external_prefix_cache_hits,
+            counts.external_prefix_cache_hits,
         )
-        metric(
+        yield self._counters_by(
             "vllm:request_success",
-            "counter",
             "Count of finished requests by finish reason.",
-            [(f'finished_reason="{reason}"', count) for reason, count in self.finished.items()],
+            "finished_reason",
+            counts.finished,
         )
-        single(
-            "motor_sim_kv_blocks_written", "counter", "KV blocks written to the pool.", self.kv_blocks_written
+        yield self._counter(
+            "motor_sim_kv_blocks_written", "KV blocks written to the pool.", counts.kv_blocks_written
         )
-        single(
-            "motor_sim_kv_blocks_fetched", "counter", "KV blocks read from the pool.", self.kv_blocks_fetched
+        yield self._counter(
+            "motor_sim_kv_blocks_fetched", "KV blocks read from the pool.", counts.kv_blocks_fetched
         )
-        single("motor_sim_kv_put_failures", "counter", "Failed KV writes to the pool.", self.kv_put_failures)
-        single("motor_sim_kv_get_failures", "counter", "Failed KV reads from the pool.", self.kv_get_failures)
-        if pool is not None:
-            single(
-                "motor_sim_kv_pool_up",
-                "gauge",
-                "1 while the KV pool's master answers this engine's store client, 0 during an outage or before "
-                "the client could connect.",
-                float(pool.connected and pool.up),
-            )
-            single(
-                "motor_sim_kv_pool_outages",
-                "counter",
-                "Times the store client found the pool master gone.",
-                pool.outages,
-            )
-            single(
-                "motor_sim_kv_pool_down_seconds",
-                "counter",
-                "Seconds the store client spent in pool outages.",
-                pool.down_seconds,
-            )
-            single(
-                "motor_sim_kv_pool_unavailable",
-                "counter",
-                "Pool calls of this engine answered as a miss (KV computed instead) because the pool was "
-                "unavailable or too slow.",
-                self.kv_pool_unavailable,
-            )
-        single(
-            "motor_sim_injected_errors",
-            "counter",
-            "Requests failed by the error-rate fault.",
-            self.injected_errors,
+        yield self._counter(
+            "motor_sim_kv_put_failures", "Failed KV writes to the pool.", counts.kv_put_failures
         )
-        metric(
+        yield self._counter(
+            "motor_sim_kv_get_failures", "Failed KV reads from the pool.", counts.kv_get_failures
+        )
+        if self._pool is not None:
+            yield from self._pool_families(self._pool())
+        yield self._counter(
+            "motor_sim_injected_errors", "Requests failed by the error-rate fault.", counts.injected_errors
+        )
+        yield self._counters_by(
             "motor_sim_faults_fired",
-            "counter",
             "Times an injected fault acted: requests held (hang), slowed (slowdown) or failed (error_rate), "
             "pool reads or writes failed or corrupted (kv_*), health probes answered 503 (health_down).",
-            [(f'fault="{fault}"', count) for fault, count in self.faults_fired.items()],
+            "fault",
+            counts.faults_fired,
         )
-        lines.append("")
-        return "\n".join(lines)
+
+    def _pool_families(self, pool: PoolLinkView) -> Iterator[Metric]:
+        yield self._gauge(
+            "motor_sim_kv_pool_up",
+            "1 while the KV pool's master answers this engine's store client, 0 during an outage or before "
+            "the client could connect.",
+            float(pool.connected and pool.up),
+        )
+        yield self._counter(
+            "motor_sim_kv_pool_outages", "Times the store client found the pool master gone.", pool.outages
+        )
+        yield self._counter(
+            "motor_sim_kv_pool_down_seconds",
+            "Seconds the store client spent in pool outages.",
+            pool.down_seconds,
+        )
+        yield self._counter(
+            "motor_sim_kv_pool_unavailable",
+            "Pool calls of this engine answered as a miss (KV computed instead) because the pool was "
+            "unavailable or too slow.",
+            self._metrics.kv_pool_unavailable,
+        )
+
+    def _gauge(self, name: str, documentation: str, value: float) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(name, documentation, labels=ENGINE_LABELS)
+        family.add_metric(self._labels, value)
+        return family
+
+    def _counter(self, name: str, documentation: str, value: float) -> CounterMetricFamily:
+        family = CounterMetricFamily(name, documentation, labels=ENGINE_LABELS)
+        family.add_metric(self._labels, value)
+        return family
+
+    def _counters_by(
+        self, name: str, documentation: str, label: str, counts: Mapping[str, int]
+    ) -> CounterMetricFamily:
+        family = CounterMetricFamily(name, documentation, labels=[*ENGINE_LABELS, label])
+        for key, count in counts.items():
+            family.add_metric([*self._labels, key], count)
+        return family

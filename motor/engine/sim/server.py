@@ -19,7 +19,8 @@ from motor.engine.sim.faults import FaultInjector
 from motor.engine.sim.kv_pool import KvPool, StoreLink
 from motor.engine.sim.metrics import EngineMetrics
 from motor.engine.sim.virtual import VirtualEngines
-from motor.pool.store import StoreError, load_store_config
+from motor.kvstore.config import load_store_config
+from motor.kvstore.errors import StoreError
 
 log = logging.getLogger("motor.engine.sim")
 

@@ -5,64 +5,36 @@ grants the object a lease of `default_kv_lease_ttl` during which it can be neith
 (unless forced), and values must be non-empty and no larger than the client's `local_buffer_size`.
 
 While the master is gone the client fails fast: the first call that finds it gone opens a circuit breaker
-(motor.pool.outage), later calls raise StoreUnavailable at once instead of blocking seconds in Mooncake's
+(motor.kvstore.outage), later calls raise StoreUnavailable at once instead of blocking seconds in Mooncake's
 reconnect loop, and calls go through again once the master's port accepts connections and a trial call works.
 """
 
 import ctypes
 import functools
-import json
 import mmap
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Concatenate, NoReturn, ParamSpec, Self, TypeVar
 
 from mooncake.store import MooncakeDistributedStore
 
-from motor.kv.sizes import parse_size
-from motor.pool.net import accepts_connections, split_host_port
-from motor.pool.outage import MasterOutage, OutageView
-from motor.protocol import env as env_names
+from motor.kvstore.config import StoreSettings, store_settings
+from motor.kvstore.errors import (
+    CODE_NAMES,
+    INVALID_PARAMS,
+    NO_AVAILABLE_HANDLE,
+    OBJECT_HAS_LEASE,
+    OBJECT_NOT_FOUND,
+    RPC_FAIL,
+    StoreError,
+    StoreUnavailable,
+)
+from motor.kvstore.outage import MasterOutage, OutageView
 from motor.runtime.backoff import Backoff
-
-CONFIG_PATH_ENV = env_names.STORE_CONFIG_PATH
-
-NO_AVAILABLE_HANDLE = -200
-INVALID_PARAMS = -600
-OBJECT_NOT_FOUND = -704
-OBJECT_HAS_LEASE = -706
-RPC_FAIL = -900
-_CODE_NAMES = {
-    NO_AVAILABLE_HANDLE: "NO_AVAILABLE_HANDLE",
-    INVALID_PARAMS: "INVALID_PARAMS",
-    OBJECT_NOT_FOUND: "OBJECT_NOT_FOUND",
-    OBJECT_HAS_LEASE: "OBJECT_HAS_LEASE",
-    RPC_FAIL: "RPC_FAIL",
-}
+from motor.runtime.net import accepts_connections, split_host_port
 
 Value = bytes | bytearray | memoryview
-
-
-class StoreError(Exception):
-    """A store operation failed; the message says what failed and how to fix it."""
-
-    code: int | None
-
-    def __init__(self, message: str, code: int | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class StoreUnavailable(StoreError):
-    """The master is unreachable or the client could not be set up."""
-
-
-class StoreConfigError(StoreError, ValueError):
-    """The store config (dict or `MOONCAKE_CONFIG_PATH` JSON) is incomplete or malformed."""
 
 
 # Writes refused with -200 (NO_AVAILABLE_HANDLE) are retried until eviction frees space, this many times at most.
@@ -104,65 +76,6 @@ def _guarded(
     return guarded
 
 
-@dataclass(frozen=True)
-class _Settings:
-    master_server_address: str
-    metadata_server: str
-    protocol: str
-    device_name: str
-    global_segment_size: int
-    local_buffer_size: int
-
-
-_REQUIRED_KEYS = (
-    "master_server_address",
-    "metadata_server",
-    "protocol",
-    "global_segment_size",
-    "local_buffer_size",
-)
-
-
-def _settings(config: Mapping[str, Any], source: str) -> _Settings:
-    missing = [key for key in _REQUIRED_KEYS if key not in config]
-    if missing:
-        raise StoreConfigError(
-            f"{source} lacks {', '.join(missing)}; generate it with motor.kv.pool.engine_store_config()"
-        )
-    try:
-        split_host_port(str(config["master_server_address"]))
-        return _Settings(
-            master_server_address=str(config["master_server_address"]),
-            metadata_server=str(config["metadata_server"]),
-            protocol=str(config["protocol"]),
-            device_name=str(config.get("device_name") or ""),
-            global_segment_size=parse_size(config["global_segment_size"]),
-            local_buffer_size=parse_size(config["local_buffer_size"]),
-        )
-    except ValueError as exc:
-        raise StoreConfigError(f"{source}: {exc}") from exc
-
-
-def load_store_config(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Read and check the store config JSON at `path` (default `$MOONCAKE_CONFIG_PATH`); sizes in bytes."""
-    if path is None:
-        path = os.environ.get(CONFIG_PATH_ENV)
-        if not path:
-            raise StoreConfigError(
-                f"{CONFIG_PATH_ENV} is not set; point it at the store config JSON motor writes for engines"
-            )
-    try:
-        config = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise StoreConfigError(f"cannot read the store config {path}: {exc}") from exc
-    if not isinstance(config, dict):
-        raise StoreConfigError(f"{path} must hold a JSON object, not {type(config).__name__}")
-    settings = _settings(config, str(path))
-    config["global_segment_size"] = settings.global_segment_size
-    config["local_buffer_size"] = settings.local_buffer_size
-    return config
-
-
 class RegisteredBuffer:
     """Page-aligned memory registered with the store for zero-copy `put_from` / `get_into`.
 
@@ -191,7 +104,7 @@ class _ClosedStore:
 class StoreClient:
     """A connected Mooncake store client; build it with `StoreClient.connect(...)`."""
 
-    def __init__(self, store: MooncakeDistributedStore, settings: _Settings, retry: Backoff) -> None:
+    def __init__(self, store: MooncakeDistributedStore, settings: StoreSettings, retry: Backoff) -> None:
         self._settings = settings
         self._retry = retry
         self._closed = False
@@ -229,7 +142,7 @@ class StoreClient:
         Raises StoreUnavailable at once when the master's RPC port does not accept connections
         (Mooncake itself would retry for about 90 s).
         """
-        settings = _settings(store_config, "store config")
+        settings = store_settings(store_config, "store config")
         host, port = split_host_port(settings.master_server_address)
         if not accepts_connections(host, port, timeout_s=connect_timeout_s):
             raise StoreUnavailable(
@@ -267,7 +180,7 @@ class StoreClient:
     ) -> "StoreClient":
         """Wrap a native store already set up with `store_config` (e.g. by an engine's connector in this
         process); the client takes it over and closes it on close()."""
-        return cls(store, _settings(store_config, "store config"), retry)
+        return cls(store, store_settings(store_config, "store config"), retry)
 
     @property
     def master_address(self) -> str:
@@ -515,7 +428,7 @@ class StoreClient:
         raise self._error(code, what)
 
     def _error(self, code: int, what: str) -> StoreError:
-        name = _CODE_NAMES.get(code, "see Mooncake's error codes")
+        name = CODE_NAMES.get(code, "see Mooncake's error codes")
         if code == RPC_FAIL:
             return StoreUnavailable(
                 f"{what}: mooncake_master at {self.master_address} did not answer ({name}, {code}); check "

@@ -1,4 +1,5 @@
-"""Small TCP helpers shared by the master supervisor and the store client."""
+"""Small TCP helpers: address parsing, port checks and free local ports (the pool master's launcher, the store
+client, tests and benchmarks)."""
 
 import random
 import socket
