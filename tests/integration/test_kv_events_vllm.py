@@ -10,7 +10,7 @@ import pytest
 from motor.kv.block_hashes import BlockHasher
 from motor.kv.events import decode_message, replay_request
 from motor.kv.index import KvIndex, Outcome
-from motor.pool.net import free_local_ports
+from motor.runtime.net import free_local_ports
 
 vllm_events = pytest.importorskip("vllm.distributed.kv_events", reason="vLLM is not installed")
 zmq = pytest.importorskip("zmq")
