@@ -15,7 +15,6 @@ came from — and it needs no extra engine. The module starts 3 engines once (ab
 the last test kills the decode engine, so it runs last.
 """
 
-import importlib.util
 import json
 import os
 import random
@@ -41,13 +40,11 @@ from motor.pool.metrics import scrape_pool
 from tests.fixtures.control import pid_alive
 from tests.fixtures.kv_handover import assert_kv_handover, decode_counters
 from tests.fixtures.local_example import write_local_example
+from tests.installs import needs_vllm
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("vllm") is None,
-        reason="vLLM is not installed in this interpreter: run scripts/setup_dev.sh (installs the vllm extra)",
-    ),
+    needs_vllm,
 ]
 
 MODEL_DIR = ".motor/models/tiny"  # the example's (relative) model path
