@@ -24,6 +24,7 @@ from tests.fixtures.coordinator import (
     coordinator_metric,
     sim_instance,
     wait_coordinator_idle,
+    wait_coordinator_metric,
     wait_engine_idle,
 )
 from tests.fixtures.sim import SimEngine, StartSimEngine, start_sim_engine
@@ -328,7 +329,7 @@ async def test_metrics_cover_every_family(coordinators: StartCoordinator, union:
     ):
         assert f"\n{family}" in text or f"# TYPE {family.rsplit('_bucket', 1)[0]}" in text, family
     assert coordinator_metric(coordinator, "motor_coordinator_itl_seconds_count") == 2  # 3 tokens, 2 gaps
-    assert coordinator_metric(coordinator, "motor_coordinator_overhead_seconds_count") == 2
+    wait_coordinator_metric(coordinator, "motor_coordinator_overhead_seconds_count", 2)  # after the answer
 
 
 async def test_workers_share_the_port_the_instance_set_and_the_limits(
@@ -371,7 +372,7 @@ async def test_workers_share_the_port_the_instance_set_and_the_limits(
     # 12 tokens in the shared bucket: 8 + 4 spent, everything after is refused whichever worker answers
     statuses = await fresh_connection_requests(6)
     assert statuses.count(429) == 6, statuses
-    assert coordinator_metric(coordinator, 'motor_coordinator_requests_total{status="429"}') == 6
+    wait_coordinator_metric(coordinator, 'motor_coordinator_requests_total{status="429"}', 6)
 
 
 async def test_a_client_that_stops_reading_is_cut_off_after_write_timeout(
