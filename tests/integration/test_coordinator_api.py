@@ -158,9 +158,13 @@ async def test_request_errors_are_openai_shaped(coordinators: StartCoordinator, 
         )
         assert_openai_error(await http.get("/v1/completions"), 405)
         assert_openai_error(await http.get("/v1/nothing"), 404)
-        # the engine's own refusal (a 4xx) reaches the client as it is, without retries
-        refused = await http.post("/v1/completions", json=completion(max_tokens=10**9))
-        assert 400 <= refused.status_code < 500 and "error" in refused.json()
+        # the engine's own refusal (a 4xx) reaches the client as it is, without retries: within the
+        # coordinator's max_tokens bound (input_config) but beyond the engine's context
+        beyond_context = completion(max_tokens=100_000)
+        refused = await http.post("/v1/completions", json=beyond_context)
+        direct = await http.post(f"{union.base_url}/v1/completions", json=beyond_context)
+        assert 400 <= direct.status_code < 500 and "maximum context length" in direct.text, direct.text
+        assert (refused.status_code, refused.json()) == (direct.status_code, direct.json())
     assert coordinator_metric(coordinator, "motor_coordinator_retries_total") == 0
 
 
