@@ -1,14 +1,14 @@
 """Tests that need what the dev install provides (scripts/setup_dev.sh: vLLM and its torch stack, Debian's
 prometheus) carry `needs_install(present, message)`. Where the install is missing they skip, except in CI (the
-`CI` environment variable set, as CI runs): CI runs on a full install, so there a missing one is a broken setup
-and each such test fails with `message` instead of skipping (tests/conftest.py fails them)."""
+`CI` environment variable set, as CI runs with CI=true): CI runs on a full install, so there a missing one is a
+broken setup, and each such test fails with `message` instead of skipping (tests/conftest.py fails them)."""
 
 import importlib.util
 import os
 
 import pytest
 
-IN_CI = bool(os.environ.get("CI"))
+IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false")
 MISSING_MARK = "install_missing"
 
 
