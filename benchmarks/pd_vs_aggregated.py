@@ -32,8 +32,8 @@ CPU scheduler of a 2-core machine more than the engines.
         [--streams 4] [--stream-tokens 300] [--long-rate 0.2] [--long-tokens 1536] [--ttft-rounds 5]
         [--plot benchmarks/out/pd_vs_aggregated.png]
 
-Needs the vllm extra (scripts/setup_dev.sh); the plot needs the bench extra (matplotlib). Everything listens on 127.0.0.1;
-`motor stop` stops each deployment (also on Ctrl-C). About 6 GB of RAM (two engines at a time).
+Needs the vllm extra (scripts/setup_dev.sh); its plot needs the bench extra (matplotlib). Everything listens
+on 127.0.0.1; `motor stop` stops each deployment (also on Ctrl-C). About 6 GB of RAM (two engines at a time).
 """
 
 import argparse

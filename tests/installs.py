@@ -1,7 +1,7 @@
 """Tests that need what the dev install provides (scripts/setup_dev.sh: vLLM and its torch stack, Debian's
-prometheus) carry `needs_install(present, message)`. Where the install is missing they skip, except in CI (the
-`CI` environment variable set, as CI runs with CI=true): CI runs on a full install, so there a missing one is a
-broken setup, and each such test fails with `message` instead of skipping (tests/conftest.py fails them)."""
+prometheus) carry `needs_install(present, message)`. Where the install is missing they skip, except in CI
+(the `CI` environment variable set, as CI runs with CI=true): CI runs on a full install, so there a missing
+one is a broken setup, and each such test fails with `message` instead (tests/conftest.py fails them)."""
 
 import importlib.util
 import os

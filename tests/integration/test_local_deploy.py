@@ -84,9 +84,10 @@ def coordinator_requests(run: LocalRun) -> float:
 
 
 class OneCompletionPerPause:
-    """Stands in for the `time` module of motor/deploy/local/status.py: before each pause between two frames one
-    completion goes through the coordinator, and the pause begins once the coordinator counted it (it counts a
-    request after answering it), so the next frame's window holds that request however slow the machine is."""
+    """Stands in for the `time` module of motor/deploy/local/status.py: before each pause between two
+    frames one completion goes through the coordinator, and the pause begins once the coordinator counted
+    it (it counts a request after answering it), so the next frame's window holds that request however
+    slow the machine is."""
 
     def __init__(self, run: LocalRun) -> None:
         self.run = run

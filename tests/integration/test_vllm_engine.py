@@ -1,8 +1,8 @@
 """Real vLLM (CPU build) engines started through motor: the engine server's status, greedy determinism, and
 prefill/decode disaggregation with MooncakeConnector + the Mooncake pool (examples/local's connector chain).
 
-Needs the `vllm` extra (scripts/setup_dev.sh): skipped without it, failed in CI (tests/installs.py). About 3 GB of
-RAM per engine.
+Needs the `vllm` extra (scripts/setup_dev.sh): skipped without it, failed in CI (tests/installs.py). About
+3 GB of RAM per engine.
 """
 
 import copy

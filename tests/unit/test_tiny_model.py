@@ -9,7 +9,7 @@ from tests.installs import importable, needs_install
 
 needs_torch = needs_install(
     importable("torch", "transformers", "tokenizers"),
-    "torch, transformers and tokenizers (the vllm extra) are not installed: scripts/setup_dev.sh installs them",
+    "torch, transformers and tokenizers (the vllm extra) are not installed: scripts/setup_dev.sh installs it",
 )
 
 
