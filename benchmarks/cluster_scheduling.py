@@ -69,7 +69,7 @@ from coordinator_overhead import (
     spawn,
     wait_http,
 )
-from plotting import default_plot_path, figure, save
+from plotting import default_plot_path, figure, save, skipped_without_matplotlib
 from prometheus_client.parser import text_string_to_metric_families
 
 from motor.config import load_documents
@@ -632,6 +632,7 @@ def print_rows(rows: list[Row], args: argparse.Namespace) -> None:
         )
 
 
+@skipped_without_matplotlib
 def plot(rows: list[Row], duration_s: float, path: Path, title: str) -> None:
     """Goodput and TTFT P99 against the requests actually sent per second (sessions ramp up from time 0, so
     fewer than the nominal rate)."""

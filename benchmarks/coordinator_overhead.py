@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
-from plotting import default_plot_path, figure, save
+from plotting import default_plot_path, figure, save, skipped_without_matplotlib
 
 from motor.config import load_documents
 from motor.coordinator.api.auth import hash_api_key
@@ -477,6 +477,7 @@ def print_paired(results: list[ConfigResult]) -> None:
         )
 
 
+@skipped_without_matplotlib
 def plot(results: list[ConfigResult], rates: list[float], path: Path) -> None:
     fig, axes = figure(1, len(rates))
     for ax, rate in zip(axes[0], rates, strict=True):

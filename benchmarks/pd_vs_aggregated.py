@@ -32,8 +32,8 @@ CPU scheduler of a 2-core machine more than the engines.
         [--streams 4] [--stream-tokens 300] [--long-rate 0.2] [--long-tokens 1536] [--ttft-rounds 5]
         [--plot benchmarks/out/pd_vs_aggregated.png]
 
-Needs the vllm extra (scripts/setup_dev.sh) and the bench extra (matplotlib). Everything listens on 127.0.0.1;
-`motor stop` stops each deployment (also on Ctrl-C). About 6 GB of RAM (two engines at a time).
+Needs the vllm extra (scripts/setup_dev.sh); its plot needs the bench extra (matplotlib). Everything listens
+on 127.0.0.1; `motor stop` stops each deployment (also on Ctrl-C). About 6 GB of RAM (two engines at a time).
 """
 
 import argparse
@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from plotting import default_plot_path, figure, save
+from plotting import default_plot_path, figure, save, skipped_without_matplotlib
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -605,6 +605,7 @@ def ttft_table(samples: TtftSamples, args: argparse.Namespace) -> None:
         print(f"TTFT miss / hit = {statistics.median(samples.misses) / statistics.median(samples.hits):.2f}x")
 
 
+@skipped_without_matplotlib
 def plot(merged: dict[tuple[str, bool], Phase], samples: TtftSamples, path: Path) -> None:
     fig, axes = figure(1, 2)
     itl, ttft_axes = axes[0]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from mooncake.store import MooncakeDistributedStore
-from plotting import default_plot_path, figure, save
+from plotting import default_plot_path, figure, save, skipped_without_matplotlib
 
 from motor.kv.pool import KvCachePoolConfig
 from motor.kvstore.client import StoreClient
@@ -279,6 +279,7 @@ def print_table(
             )
 
 
+@skipped_without_matplotlib
 def plot(samples: dict[tuple[str, int, str], list[float]], path: Path) -> None:
     """motor/raw per operation and size: the per-round paired ratios (dots) and their median (bar)."""
     fig, axes = figure(1, 1, width=9)

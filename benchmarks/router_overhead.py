@@ -64,7 +64,7 @@ from coordinator_overhead import (
     streams,
     wait_http,
 )
-from plotting import default_plot_path, figure, save
+from plotting import default_plot_path, figure, save, skipped_without_matplotlib
 
 from motor.coordinator.http.upstream import UpstreamPool
 
@@ -287,6 +287,7 @@ async def stream_section(slow: Process, routers: list[str], args: argparse.Names
             print(f"{name:12s} {r.events:8d} {r.errors:6d} {per_event:12.1f} {r.rss_mib:13.0f}")
 
 
+@skipped_without_matplotlib
 def plot(rows: list[tuple[str, str, dict[str, Figures]]], path: Path) -> None:
     fig, axes = figure(1, len(rows))
     for ax, (config, section, figures) in zip(axes[0], rows, strict=True):

@@ -24,7 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from plotting import default_plot_path, figure, save
+from plotting import default_plot_path, figure, save, skipped_without_matplotlib
 
 from motor.coordinator.registry import Target
 from motor.coordinator.scheduling.demand import Demand
@@ -123,6 +123,7 @@ def print_table(results: list[Result], sizes: list[int], policies: list[str]) ->
         print(f"{n:>9} | " + " | ".join(cells))
 
 
+@skipped_without_matplotlib
 def plot(results: list[Result], sizes: list[int], policies: list[str], path: Path, title: str) -> None:
     fig, axes = figure(width=7.0, height=4.5)
     ax = axes[0][0]

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import aiohttp
 import uvloop
-from plotting import default_plot_path, figure, save
+from plotting import default_plot_path, figure, save, skipped_without_matplotlib
 
 from motor.runtime.net import free_local_ports
 
@@ -190,6 +190,7 @@ def wrk_turn(command: list[str], duration_s: float, server_pid: int, result: Res
     result.turn_percentiles.append((_wrk_ms(output, "50%"), _wrk_ms(output, "99%")))
 
 
+@skipped_without_matplotlib
 def plot(results: list[Result], path: Path) -> None:
     fig, axes = figure(1, 2)
     bars, latency = axes[0]

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import IO
 
 import httpx
-from plotting import default_plot_path, figure, save
+from plotting import default_plot_path, figure, save, skipped_without_matplotlib
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -625,6 +625,7 @@ def report(
         print(f"  error soak-{o.planned.index}: {o.error}")
 
 
+@skipped_without_matplotlib
 def plot(outcomes: list[Outcome], args: argparse.Namespace) -> None:
     fig, axes = figure(1, 2)
     timeline, sizes = axes[0]

@@ -24,6 +24,7 @@ from tests.fixtures.coordinator import (
     coordinator_metric,
     sim_instance,
     wait_coordinator_idle,
+    wait_coordinator_metric,
     wait_engine_idle,
 )
 from tests.fixtures.sim import SimEngine, StartSimEngine, start_sim_engine
@@ -157,9 +158,13 @@ async def test_request_errors_are_openai_shaped(coordinators: StartCoordinator, 
         )
         assert_openai_error(await http.get("/v1/completions"), 405)
         assert_openai_error(await http.get("/v1/nothing"), 404)
-        # the engine's own refusal (a 4xx) reaches the client as it is, without retries
-        refused = await http.post("/v1/completions", json=completion(max_tokens=10**9))
-        assert 400 <= refused.status_code < 500 and "error" in refused.json()
+        # the engine's own refusal (a 4xx) reaches the client as it is, without retries: within the
+        # coordinator's max_tokens bound (input_config) but beyond the engine's context
+        beyond_context = completion(max_tokens=100_000)
+        refused = await http.post("/v1/completions", json=beyond_context)
+        direct = await http.post(f"{union.base_url}/v1/completions", json=beyond_context)
+        assert 400 <= direct.status_code < 500 and "maximum context length" in direct.text, direct.text
+        assert (refused.status_code, refused.json()) == (direct.status_code, direct.json())
     assert coordinator_metric(coordinator, "motor_coordinator_retries_total") == 0
 
 
@@ -328,7 +333,7 @@ async def test_metrics_cover_every_family(coordinators: StartCoordinator, union:
     ):
         assert f"\n{family}" in text or f"# TYPE {family.rsplit('_bucket', 1)[0]}" in text, family
     assert coordinator_metric(coordinator, "motor_coordinator_itl_seconds_count") == 2  # 3 tokens, 2 gaps
-    assert coordinator_metric(coordinator, "motor_coordinator_overhead_seconds_count") == 2
+    wait_coordinator_metric(coordinator, "motor_coordinator_overhead_seconds_count", 2)  # after the answer
 
 
 async def test_workers_share_the_port_the_instance_set_and_the_limits(
@@ -371,7 +376,7 @@ async def test_workers_share_the_port_the_instance_set_and_the_limits(
     # 12 tokens in the shared bucket: 8 + 4 spent, everything after is refused whichever worker answers
     statuses = await fresh_connection_requests(6)
     assert statuses.count(429) == 6, statuses
-    assert coordinator_metric(coordinator, 'motor_coordinator_requests_total{status="429"}') == 6
+    wait_coordinator_metric(coordinator, 'motor_coordinator_requests_total{status="429"}', 6)
 
 
 async def test_a_client_that_stops_reading_is_cut_off_after_write_timeout(

@@ -48,6 +48,7 @@ NO_FAULTS = {
     "health_down": False,
 }
 ABORTED = 'vllm:request_success_total{finished_reason="abort"}'
+FINISHED = 'vllm:request_success_total{finished_reason="length"}'  # max_tokens reached (ignore_eos)
 FAST_FAILURE = {
     "exception_config": {"max_retry": 3, "retry_delay": 0.05, "first_token_timeout": 3, "infer_timeout": 30},
     "timeout_config": {"request_timeout": 1.5, "read_timeout": 1.5, "connection_timeout": 1},
@@ -172,13 +173,18 @@ async def test_prefill_5xx_is_retried_on_the_other_prefill(
 ) -> None:
     set_engine_faults(cluster.prefills[0], error_rate=1.0)
     errors_before = fired(cluster.prefills[:1], "error_rate")
+    prefilled_before = engine_metric(cluster.prefills[1], FINISHED)
     coordinator = start(coordinators, cluster, profile)
     responses = await send_all(coordinator, [body() for _ in range(6)])
-    assert fired(cluster.prefills[:1], "error_rate") - errors_before >= 1
+    errors = fired(cluster.prefills[:1], "error_rate") - errors_before
+    assert errors >= 1
     for response in responses:
         assert response.status_code == 200, response.text
         assert_oracle_tokens(response.json())
-    assert coordinator_metric(coordinator, "motor_coordinator_retries_total") >= 1
+    # every 500 was retried, and the other prefill computed every prompt (a prefill leg is one token long)
+    retried = 'motor_coordinator_retries_total{role="prefill",reason="http_500"}'
+    assert coordinator_metric(coordinator, retried) == errors
+    assert engine_metric(cluster.prefills[1], FINISHED) - prefilled_before == 6
     cluster.assert_idle()
 
 
@@ -188,14 +194,15 @@ async def test_decode_5xx_is_retried_on_the_other_decode(
 ) -> None:
     set_engine_faults(cluster.decodes[1], error_rate=1.0)
     errors_before = fired(cluster.decodes[1:], "error_rate")
+    decoded_before = engine_metric(cluster.decodes[0], FINISHED)
     coordinator = start(coordinators, cluster, "prefill_first")
     responses = await send_all(coordinator, [body(stream=s) for s in (True, False) * 3])
-    assert fired(cluster.decodes[1:], "error_rate") - errors_before >= 1
+    errors = fired(cluster.decodes[1:], "error_rate") - errors_before
+    assert errors >= 1
     assert [r.status_code for r in responses] == [200] * 6, [r.text for r in responses]
-    assert (
-        coordinator_metric(coordinator, 'motor_coordinator_retries_total{role="decode",reason="http_500"}')
-        >= 1
-    )
+    retried = 'motor_coordinator_retries_total{role="decode",reason="http_500"}'
+    assert coordinator_metric(coordinator, retried) == errors
+    assert engine_metric(cluster.decodes[0], FINISHED) - decoded_before == 6, "the other decode served all"
     cluster.assert_idle()
 
 
@@ -523,6 +530,9 @@ async def test_infer_timeout_ends_a_started_stream_with_an_error_event(
         response = await http.post("/v1/completions", json=body(stream=True, max_tokens=1000))
     assert response.status_code == 200
     chunks = sse_chunks(response.text)
+    assert [t for c in chunks[:-1] if c["choices"] for t in c["choices"][0].get("token_ids") or []], (
+        "the stream had started"
+    )
     assert chunks[-1]["error"]["code"] == "infer_timeout"
     assert response.text.endswith("data: [DONE]\n\n")
     cluster.assert_idle()

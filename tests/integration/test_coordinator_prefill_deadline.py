@@ -36,6 +36,8 @@ from tests.fixtures.sim import (
 REQUEST_TIMEOUT = 30.0
 ABORTED = 'vllm:request_success_total{finished_reason="abort"}'
 HANG_FIRED = 'motor_sim_faults_fired_total{fault="hang"}'
+PREFILLED = 'vllm:request_success_total{finished_reason="length"}'  # a prefill leg is one token long
+RETRIES = 'motor_coordinator_retries_total{role="prefill",reason="%s"}'
 MIN_SAMPLES = 3
 CONFIG = {
     "exception_config": {"max_retry": 3, "retry_delay": 0.05, "first_token_timeout": 60, "infer_timeout": 90},
@@ -146,19 +148,23 @@ async def test_a_stalled_prefill_moves_within_its_deadline_and_degrades(
         served = 0
         while stalls(coordinator, "prefill-0") < 2:
             assert served < 6, "prefill-0 was not picked twice in 6 requests"
-            started = time.monotonic()
+            held, prefilled = engine_metric(hung, HANG_FIRED), engine_metric(healthy, PREFILLED)
+            moved = coordinator_metric(coordinator, RETRIES % "prefill_stalled")
             response = await http.post("/v1/completions", json=body(stream=True))
-            elapsed = time.monotonic() - started
             assert_oracle_stream(response)
-            # the stalled leg moved on its own deadline, long before request_timeout would have moved it
-            assert elapsed < REQUEST_TIMEOUT / 3, f"{elapsed:.1f} s"
+            stalled = engine_metric(hung, HANG_FIRED) - held  # 1 when its first leg went to prefill-0
+            # wherever its first leg went, prefill-1 computed the prompt: a stalled leg moved there ...
+            assert engine_metric(healthy, PREFILLED) - prefilled == 1
+            # ... on its own deadline (a prefill_stalled retry), not on request_timeout (a timeout retry) ...
+            assert coordinator_metric(coordinator, RETRIES % "prefill_stalled") - moved == stalled
+            assert coordinator_metric(coordinator, RETRIES % "timeout") == 0
+            # ... and the decode leg was the retry's, under the retry's engine request id
+            assert sse_chunks(response.text)[0]["id"].endswith("-retry1") == (stalled == 1), response.text
             served += 1
         wait_engine_idle(hung)  # every stalled leg was closed at the engine
         held = engine_metric(hung, HANG_FIRED) - held_before
         assert held == 2 and engine_metric(hung, ABORTED) - aborts_before == 2
-        retries = 'motor_coordinator_retries_total{role="prefill",reason="%s"}'
-        assert coordinator_metric(coordinator, retries % "prefill_stalled") == 2
-        assert coordinator_metric(coordinator, retries % "timeout") == 0
+        assert coordinator_metric(coordinator, RETRIES % "prefill_stalled") == 2
 
         # degraded: every leg goes to prefill-1 while it can take them
         view = endpoint_view(coordinator)

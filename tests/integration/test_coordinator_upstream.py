@@ -91,6 +91,8 @@ async def test_read_silence_and_deadline_end_a_hung_leg_and_free_the_engine(heal
         while await connection.next_chunk(pool.loop.time() + 0.3) is not None:
             pass
     assert caught.value.kind == "timeout"
+    # still slowed down (its next token 30 s away): only the closed connection frees the engine now
+    await asyncio.to_thread(wait_engine_idle, healthy)
     set_engine_faults(healthy, slowdown=1.0)
     pool.close()
 

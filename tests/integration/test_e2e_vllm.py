@@ -15,7 +15,6 @@ came from — and it needs no extra engine. The module starts 3 engines once (ab
 the last test kills the decode engine, so it runs last.
 """
 
-import importlib.util
 import json
 import os
 import random
@@ -41,13 +40,11 @@ from motor.pool.metrics import scrape_pool
 from tests.fixtures.control import pid_alive
 from tests.fixtures.kv_handover import assert_kv_handover, decode_counters
 from tests.fixtures.local_example import write_local_example
+from tests.installs import needs_vllm
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("vllm") is None,
-        reason="vLLM is not installed in this interpreter: run scripts/setup_dev.sh (installs the vllm extra)",
-    ),
+    needs_vllm,
 ]
 
 MODEL_DIR = ".motor/models/tiny"  # the example's (relative) model path
@@ -394,8 +391,8 @@ def test_killing_the_decode_engine_mid_stream_ends_the_stream_explicitly(deploym
     outputs = 0
     killed_at: float | None = None
     error_body = b""
-    # Every read is bounded (a silent stream fails the test with ReadTimeout instead of hanging), and the
-    # coordinator has to end the stream well before the client's bound.
+    # Every read is bounded: a silent stream (the coordinator not ending it) fails the test with ReadTimeout
+    # instead of hanging. How soon it ended is printed, not asserted (timing belongs in benchmarks/).
     timeout = httpx.Timeout(connect=10, read=60, write=10, pool=10)
     with httpx.stream("POST", f"{deployment.api_url}/v1/chat/completions", json=body, timeout=timeout) as r:
         status = r.status_code
@@ -411,7 +408,7 @@ def test_killing_the_decode_engine_mid_stream_ends_the_stream_explicitly(deploym
                     killed_at = time.monotonic()
         else:
             error_body = r.read()
-    ended_after_s = time.monotonic() - killed_at if killed_at is not None else None
+    ended_at = time.monotonic()
 
     assert status == 200 and killed_at is not None, f"the stream did not start: {status} {error_body!r}"
     # A big multi-threaded process can still be tearing down (its sockets already closed) when the stream ends.
@@ -419,7 +416,6 @@ def test_killing_the_decode_engine_mid_stream_ends_the_stream_explicitly(deploym
     while pid_alive(engine_pid) and time.monotonic() < gone_by:
         time.sleep(0.1)
     assert not pid_alive(engine_pid), "the decode engine survived the kill"
-    assert ended_after_s is not None and ended_after_s < 60
     chunks = [json.loads(event) for event in events if event != "[DONE]"]
     errors = [chunk["error"] for chunk in chunks if "error" in chunk]
     finished = [
@@ -432,4 +428,4 @@ def test_killing_the_decode_engine_mid_stream_ends_the_stream_explicitly(deploym
     )
     (error,) = errors
     assert error["type"] and error["message"] and "decode" in error["message"], error
-    print(f"decode engine killed; stream ended {ended_after_s:.2f} s later with: {error['message']}")
+    print(f"decode engine killed; stream ended {ended_at - killed_at:.2f} s later with: {error['message']}")

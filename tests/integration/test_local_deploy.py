@@ -5,6 +5,7 @@ status, a refused second deploy, and a stop that leaves nothing."""
 import io
 import re
 import threading
+import time
 from collections.abc import Callable
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -18,7 +19,9 @@ from motor.pool.metrics import scrape_pool
 from motor.runtime.net import free_port_block
 from motor.runtime.processes import start_ticks
 from tests.fixtures.control import LocalRun
+from tests.fixtures.coordinator import metric_at
 from tests.fixtures.kv_handover import assert_kv_handover, decode_counters
+from tests.fixtures.waits import wait_equal
 
 PROMPT = " ".join(f"word{i}" for i in range(200))
 BLOCK_SIZE = 16  # examples/sim's block_size
@@ -74,6 +77,31 @@ def transfer_override(profile: str) -> dict[str, Any]:
 COMPLETION = {"model": "sim-model", "prompt": PROMPT, "max_tokens": 4}
 
 
+def coordinator_requests(run: LocalRun) -> float:
+    """Client requests the coordinator answered (its requests_total over every route and status)."""
+    return metric_at(run.mgmt_url, "motor_coordinator_requests_total")
+
+
+class OneCompletionPerPause:
+    """Stands in for the `time` module of motor/cli/local_status.py: before each pause between two
+    frames one completion goes through the coordinator, and the pause begins once the coordinator counted
+    it (it counts a request after answering it), so the next frame's window holds that request however
+    slow the machine is."""
+
+    def __init__(self, run: LocalRun) -> None:
+        self.run = run
+
+    def sleep(self, seconds: float) -> None:
+        counted = coordinator_requests(self.run)
+        response = httpx.post(f"{self.run.api_url}/v1/completions", json=COMPLETION, timeout=60)
+        assert response.status_code == 200, response.text
+        wait_equal(lambda: coordinator_requests(self.run), counted + 1, "the coordinator's request count")
+        time.sleep(seconds)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
 def descendants(pid: int) -> list[int]:
     """Every process below `pid` (engine servers, engines, coordinator workers ...)."""
     try:
@@ -85,7 +113,7 @@ def descendants(pid: int) -> list[int]:
 
 @pytest.mark.slow
 def test_deploy_serve_status_refuse_and_stop(
-    local_run: Callable[..., LocalRun], capsys: pytest.CaptureFixture[str]
+    local_run: Callable[..., LocalRun], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run = local_run()
     assert run.plan_and_deploy() == 0
@@ -108,10 +136,11 @@ def test_deploy_serve_status_refuse_and_stop(
     assert local_status.status(run.run_root, None, out=io.StringIO()) == 0  # every job under the run root
 
     # --watch: the second frame shows the traffic between the two scrapes
+    wait_equal(lambda: coordinator_requests(run), 3, "the coordinator's count of the chats")
     watched = io.StringIO()
-    with httpx.Client(base_url=run.api_url, timeout=60) as client:
-        threading.Timer(0.3, lambda: client.post("/v1/completions", json=COMPLETION)).start()
-        assert local_status.watch(run.run_root, run.job_id, interval=1.5, out=watched, frames=2) == 0
+    with monkeypatch.context() as patch:
+        patch.setattr(local_status, "time", OneCompletionPerPause(run))
+        assert local_status.watch(run.run_root, run.job_id, interval=0.5, out=watched, frames=2) == 0
     frames = watched.getvalue()
     since_start = re.search(r"since start\s+(\d+)\s+-\s+0\s+-\s+-", frames)  # no stream yet: no TTFT
     window = re.search(r"last \d\.\d s\s+(\d+)\s+\d+\.\d\s+0\s", frames)

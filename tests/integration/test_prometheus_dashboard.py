@@ -19,11 +19,12 @@ from motor.observability.dashboard import JOB_VARIABLE, RATE_WINDOW, build_dashb
 from tests.fixtures.control import LocalRun
 from tests.fixtures.prometheus import PROMETHEUS, PrometheusServer
 from tests.fixtures.sim import SIM_ADMIN
+from tests.installs import needs_install
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        PROMETHEUS is None, reason="needs Debian's prometheus (scripts/setup_dev.sh installs it)"
+    needs_install(
+        PROMETHEUS is not None, "Debian's prometheus is not installed: scripts/setup_dev.sh installs it"
     ),
 ]
 

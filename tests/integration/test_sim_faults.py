@@ -87,11 +87,12 @@ async def test_hang_holds_requests_until_cleared_or_abandoned(sim_engines: Start
         released = await asyncio.wait_for(pending, 5)
         assert released.status_code == 200 and released.json()["choices"][0]["finish_reason"] == "length"
 
-        metrics = (await client.get("/metrics")).text
-        assert (
-            'finished_reason="abort",model_name="sim-model"} 1.0' in metrics
-        )  # the request abandoned by its client
-        assert 'vllm:num_requests_waiting{engine="0",model_name="sim-model"} 0.0' in metrics
+        # the request abandoned by its client is counted once the engine noticed the disconnect
+        aborted = 'vllm:request_success_total{engine="0",finished_reason="abort",model_name="sim-model"}'
+        async with asyncio.timeout(10):
+            while (samples := await scrape(client)).get(aborted, 0) < 1:
+                await asyncio.sleep(0.02)
+        assert (samples[aborted], samples[waiting]) == (1, 0)
 
 
 def test_slowdown_multiplies_the_latency_model(sim_engines: StartSimEngine) -> None:

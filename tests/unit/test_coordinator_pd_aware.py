@@ -96,8 +96,13 @@ def test_pd_aware_admission_makes_a_saturated_role_wait_for_released_load() -> N
 
 
 def test_only_pd_aware_admits_by_load() -> None:
-    for policy in ("round_robin", "load_balance", "prefix_affinity"):
-        scheduler, _ = scheduler_with(policy, 1)
-        assert not scheduler.saturated("prefill")
+    for policy in ("round_robin", "load_balance", "prefix_affinity", "pd_aware"):
+        scheduler, [target] = scheduler_with(policy, 1, admission_max_prefill_tokens=100)
+        scheduler.allocate(target, 1000, 1000)  # ten times the admission bound queued on the only engine
+        if policy == "pd_aware":
+            assert scheduler.pick("prefill", demand()) is None and scheduler.saturated("prefill")
+        else:
+            assert scheduler.pick("prefill", demand()) is target, policy
+            assert not scheduler.saturated("prefill"), policy
     empty, _ = scheduler_with("pd_aware", 0)
     assert not empty.saturated("prefill"), "no instance registered is not saturation"

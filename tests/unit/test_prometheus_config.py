@@ -21,11 +21,13 @@ from motor.deploy.prometheus import (
     prometheus_files,
     target_groups,
 )
+from tests.installs import needs_install
 from tests.unit.test_plan import sim_topology
 
 PROMTOOL = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(
-    PROMTOOL is None, reason="promtool comes with Debian's prometheus package (scripts/setup_dev.sh)"
+needs_promtool = needs_install(
+    PROMTOOL is not None,
+    "promtool (Debian's prometheus package) is not installed: scripts/setup_dev.sh installs it",
 )
 
 

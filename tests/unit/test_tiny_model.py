@@ -1,15 +1,15 @@
 import hashlib
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from motor.engine.tiny_model import CHAT_TEMPLATE, VOCAB_SIZE, synthetic_corpus
+from tests.installs import importable, needs_install
 
-needs_torch = pytest.mark.skipif(
-    any(importlib.util.find_spec(name) is None for name in ("torch", "transformers", "tokenizers")),
-    reason="needs the vllm extra (torch, transformers, tokenizers): scripts/install_vllm_cpu.sh",
+needs_torch = needs_install(
+    importable("torch", "transformers", "tokenizers"),
+    "torch, transformers and tokenizers (the vllm extra) are not installed: scripts/setup_dev.sh installs it",
 )
 
 
