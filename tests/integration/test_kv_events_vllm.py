@@ -11,9 +11,12 @@ from motor.kv.block_hashes import BlockHasher
 from motor.kv.events import decode_message, replay_request
 from motor.kv.index import KvIndex, Outcome
 from motor.runtime.net import free_local_ports
+from tests.installs import importable, needs_vllm
 
-vllm_events = pytest.importorskip("vllm.distributed.kv_events", reason="vLLM is not installed")
-zmq = pytest.importorskip("zmq")
+pytestmark = needs_vllm
+if importable("vllm"):
+    import zmq  # vLLM's dependency, as its publisher is
+    from vllm.distributed import kv_events as vllm_events
 
 BLOCK = 16
 RECEIVE_TIMEOUT_MS = 5000
@@ -36,7 +39,7 @@ def stored(hashes: list[int]) -> object:
 
 
 @pytest.fixture
-def publisher() -> Iterator[tuple[object, zmq.Socket, int]]:
+def publisher() -> Iterator[tuple[object, "zmq.Socket", int]]:
     """vLLM's publisher connecting to a SUB socket bound on 127.0.0.1, and its replay ROUTER's port."""
     pub_port, replay_port = free_local_ports(2)
     context = zmq.Context()
@@ -58,7 +61,7 @@ def publisher() -> Iterator[tuple[object, zmq.Socket, int]]:
 
 
 def test_published_batches_reach_the_index_and_a_gap_is_replayed(
-    publisher: tuple[object, zmq.Socket, int],
+    publisher: tuple[object, "zmq.Socket", int],
 ) -> None:
     published, subscriber, replay_port = publisher
     hashes = BlockHasher(BLOCK).event_hashes(list(range(10 * BLOCK)))

@@ -6,11 +6,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from motor.kv.block_hashes import DEFAULT_SEED, BlockHasher, event_hash
+from tests.installs import importable, needs_vllm
 
-vllm_hashing = pytest.importorskip("vllm.utils.hashing", reason="vLLM is not installed")
-kv_cache_utils = pytest.importorskip("vllm.v1.core.kv_cache_utils")
-vllm_request = pytest.importorskip("vllm.v1.request")
-sampling = pytest.importorskip("vllm.sampling_params")
+pytestmark = needs_vllm
+if importable("vllm"):
+    from vllm import sampling_params as sampling
+    from vllm.utils import hashing as vllm_hashing
+    from vllm.v1 import request as vllm_request
+    from vllm.v1.core import kv_cache_utils
 
 
 def vllm_block_hashes(token_ids: list[int], block_size: int, algorithm: str) -> list[bytes]:

@@ -5,15 +5,17 @@ duplicates, wrong block sizes, unknown media and event types, garbage bytes."""
 import contextlib
 
 import msgspec
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from motor.kv.block_hashes import BlockHasher
 from motor.kv.events import EventDecodeError, decode_batch, decode_message, replay_request
 from motor.kv.index import KvIndex, Outcome
+from tests.installs import importable, needs_vllm
 
-vllm_events = pytest.importorskip("vllm.distributed.kv_events", reason="vLLM is not installed")
+pytestmark = needs_vllm
+if importable("vllm"):
+    from vllm.distributed import kv_events as vllm_events
 
 BLOCK = 4
 ENCODER = msgspec.msgpack.Encoder()

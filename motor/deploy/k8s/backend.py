@@ -172,7 +172,8 @@ def update_config(client: KubeClient, job: Job) -> ConfigUpdated | Unchanged:
     return ConfigUpdated(applied, _roll_readers(client, job, changed) if applied.ok else None)
 
 
-# Components read user_config.json at start: after an update the Deployments whose section changed are rolled.
+# Components read their compiled spec (in the ConfigMap) at start: after an update the Deployments whose
+# section changed are rolled.
 # Engine hosts are left alone (a node manager's log level waits for their next restart): rolling them restarts
 # the engines.
 ROLLED_SECTIONS = {"motor_controller_config": CONTROLLER, "motor_coordinator_config": COORDINATOR}
