@@ -124,8 +124,8 @@ def build_plan(
     turned into a command line.
 
     target defaults to "local" for deploy_mode local and "kubernetes" otherwise (pass "kubernetes" to preview
-    a local config as Kubernetes objects). config_dir is where the components read their compiled specs
-    (`Plan.files`, with the config pair kept beside them as the update baseline) (default: /etc/motor in Kubernetes, required locally); run_dir is where each component
+    a local config as Kubernetes objects). config_dir is where the components read `Plan.files`, their
+    compiled specs (default: /etc/motor in Kubernetes, required locally); run_dir is where each component
     gets its own MOTOR_RUN_DIR (`<run_dir>/<component name>`; default /var/run/motor in Kubernetes, the parent
     of config_dir locally). python is argv[0] of the motor entry points (default: this interpreter locally,
     `python3` in the image). kept_ordinals: instance name → the ordinal it keeps (a scaled local job keeps the
