@@ -15,7 +15,9 @@ Paths, alternated turn by turn (the order rotates every round, so drift on a sha
 Rows, for each `--configs` (aggregated: one union engine; prefill_first: 1P+1D, the direct call going to the
 decode engine as one aggregated request):
 1. sequential: one request at a time, `--sequential` per turn;
-2. open loop at `--rate` (default 500 req/s) for `--turn-s` seconds per turn.
+2. open loop at `--rate` (default 500 req/s) for `--turn-s` seconds per turn;
+3. streams (aggregated, unless `--streams 0`): `--streams` concurrent streams of `--stream-tokens` tokens
+   against a sim engine at `--stream-itl-ms`, `--stream-turns` turns per server: CPU per relayed event.
 
 Figures per path and turn: coordinator CPU per request (user + system time of the coordinator's process tree
 from /proc/<pid>/stat, read before and after the turn, divided by the requests it completed — 10 ms ticks, so a
@@ -24,7 +26,7 @@ turn's figure is good to ± 10 ms / its requests), P50 and P99 latency. Each row
 printed with it. A PNG goes to `--plot` (skipped with a note when matplotlib is missing).
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/server_choice.py [--turns 5] [--sequential 500] [--rate 500]
-        [--turn-s 3] [--configs aggregated,prefill_first] [--plot PNG]
+        [--turn-s 3] [--configs aggregated,prefill_first] [--streams 1000] [--stream-turns 3] [--plot PNG]
 
 Everything listens on 127.0.0.1 on free ports; every process started here is stopped by pid at the end.
 """
@@ -41,13 +43,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import uvloop
-from coordinator_overhead import Process, percentile, register, start_coordinator
+from coordinator_overhead import Process, percentile, register, start_coordinator, start_sim, streams
 from plotting import default_plot_path, figure, save
 from router_overhead import (
     Figures,
     Route,
     add_turn_options,
     alternate_turns,
+    cpu_of,
     load_average,
     ms,
     open_loop_turn,
@@ -163,11 +166,65 @@ def print_summary(rows: list[Row]) -> None:
         print(f"{row.config + ', ' + row.section:48s} {' '.join(cells)}")
 
 
-def plot(rows: list[Row], path: Path) -> None:
+@dataclass
+class StreamTurn:
+    cpu_s: float
+    events: int
+    errors: int
+
+    @property
+    def cpu_per_event_us(self) -> float:
+        return self.cpu_s / self.events * 1e6 if self.events else float("nan")
+
+
+@dataclass
+class StreamRow:
+    section: str
+    turns: dict[str, list[StreamTurn]]
+    loads: str
+
+    def median(self, name: str) -> float:
+        return statistics.median(t.cpu_per_event_us for t in self.turns[name])
+
+
+async def stream_row(slow: Process, args: argparse.Namespace, work: Path) -> StreamRow:
+    """Concurrent streams through each server in turn (the order rotating every round)."""
+    with contextlib.ExitStack() as stack:
+        paths = start_servers("aggregated", {"union": slow}, work, stack)[1:]  # not the direct path
+        turns: dict[str, list[StreamTurn]] = {path.name: [] for path in paths}
+        loads = []
+        for turn in range(args.stream_turns):
+            for k in range(len(paths)):
+                path = paths[(turn + k) % len(paths)]
+                before = cpu_of(path)
+                report = await streams(path.port, args.streams, args.stream_tokens, args.ramp)
+                turns[path.name].append(StreamTurn(cpu_of(path) - before, report.events, report.errors))
+            loads.append(load_average())
+    section = f"{args.streams} streams x {args.stream_tokens} tokens at {args.stream_itl_ms:g} ms ITL"
+    return StreamRow(section, turns, " ".join(loads))
+
+
+def print_stream_row(row: StreamRow) -> None:
+    print(f"\naggregated: {row.section} (load average 1/5/15 min after each round: {row.loads})")
+    print(
+        f"{'path':16s} {'turns':>5s} {'events':>8s} {'errors':>6s} {'CPU/event µs':>12s} {'(range over turns)':>18s}"
+    )
+    for name, turns in row.turns.items():
+        cpus = [t.cpu_per_event_us for t in turns]
+        print(
+            f"{name:16s} {len(turns):5d} {sum(t.events for t in turns):8d} {sum(t.errors for t in turns):6d} "
+            f"{row.median(name):12.1f} {f'{min(cpus):.1f}–{max(cpus):.1f}':>18s}"
+        )
+    print(
+        f"{MOTOR} / {CANDIDATE}: CPU per event {row.median(MOTOR) / row.median(CANDIDATE):.2f} (medians over turns)"
+    )
+
+
+def plot(rows: list[Row], stream: StreamRow | None, path: Path) -> None:
     if importlib.util.find_spec("matplotlib") is None:
         print(f"plot skipped: matplotlib is not installed (pip install -e '.[bench]'); not written: {path}")
         return
-    fig, axes = figure(2, len(rows), width=4.5)
+    fig, axes = figure(2, len(rows) + (stream is not None), width=4.5)
     servers = (MOTOR, CANDIDATE)
     for column, row in enumerate(rows):
         cpu_ax, latency_ax = axes[0][column], axes[1][column]
@@ -180,10 +237,20 @@ def plot(rows: list[Row], path: Path) -> None:
                     i * 3 + j, row.median(name, figure_of) * 1000, color=f"C{i}", alpha=0.5 + 0.3 * j
                 )
         cpu_ax.set_xticks(range(len(servers)), servers)
-        cpu_ax.set_title(f"{row.config}, {row.section}")
+        cpu_ax.set_title(f"{row.config}, {row.section}", fontsize="small")
         cpu_ax.set_ylabel("coordinator CPU per request (µs)\nbars: median, dots: turns")
         latency_ax.set_xticks([0, 1, 3, 4], ["motor P50", "P99", "uvicorn P50", "P99"])
         latency_ax.set_ylabel("latency (ms), median over turns")
+    if stream is not None:
+        cpu_ax = axes[0][-1]
+        for i, name in enumerate(servers):
+            turns = [t.cpu_per_event_us for t in stream.turns[name]]
+            cpu_ax.bar(i, stream.median(name), color=f"C{i}", alpha=0.6)
+            cpu_ax.plot([i] * len(turns), turns, "k.", markersize=4)
+        cpu_ax.set_xticks(range(len(servers)), servers)
+        cpu_ax.set_title(f"aggregated, {stream.section}", fontsize="small")
+        cpu_ax.set_ylabel("coordinator CPU per relayed event (µs)")
+        axes[1][-1].axis("off")
     save(fig, path)
 
 
@@ -213,8 +280,18 @@ async def main(args: argparse.Namespace) -> None:
                     Row(config, f"open loop {args.rate:g} req/s, {args.turn_s:g} s/turn", turns, loads)
                 )
                 print_row(rows[-1])
+        stream = None
+        if args.streams:
+            slow = start_sim("sim-itl", work, "kv_both", ["--itl-ms", str(args.stream_itl_ms)])
+            engines_stack.callback(slow.stop)
+            stream = await stream_row(slow, args, work)
+            print_stream_row(stream)
     print_summary(rows)
-    plot(rows, args.plot)
+    if stream is not None:
+        ratio_ = stream.median(MOTOR) / stream.median(CANDIDATE)
+        cells = f"{stream.median(MOTOR):16.1f} {stream.median(CANDIDATE):8.1f} {ratio_:6.2f}"
+        print(f"{'aggregated, streams (CPU per event)':48s} {cells}")
+    plot(rows, stream, args.plot)
 
 
 def parse_args() -> argparse.Namespace:
@@ -223,6 +300,11 @@ def parse_args() -> argparse.Namespace:
     )
     add_turn_options(parser, turns=5)
     parser.add_argument("--configs", type=lambda s: s.split(","), default=list(CONFIGS))
+    parser.add_argument("--streams", type=int, default=1000, help="concurrent streams per turn; 0 skips them")
+    parser.add_argument("--stream-tokens", type=int, default=50)
+    parser.add_argument("--stream-itl-ms", type=float, default=20.0)
+    parser.add_argument("--stream-turns", type=int, default=3)
+    parser.add_argument("--ramp", type=float, default=2.0, help="seconds over which the streams are opened")
     parser.add_argument("--plot", type=Path, default=default_plot_path("server_choice"), help="PNG to write")
     args = parser.parse_args()
     if unknown := set(args.configs) - set(CONFIGS):
