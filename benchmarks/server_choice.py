@@ -112,6 +112,9 @@ class Row:
     turns: dict[str, list[Figures]]
     loads: str
 
+    def cpu_turns(self, name: str) -> list[float]:
+        return [f.cpu_per_request_us for f in self.turns[name]]
+
     def median(self, name: str, figure_of: str) -> float:
         values = [value for f in self.turns[name] if (value := of(f, figure_of)) == value]  # not NaN
         return statistics.median(values) if values else float("nan")
@@ -127,6 +130,14 @@ def of(f: Figures, figure_of: str) -> float:
 
 def ratio(row: Row, figure_of: str) -> float:
     return row.median(MOTOR, figure_of) / row.median(CANDIDATE, figure_of)
+
+
+def by_round(row: "Row | StreamRow") -> str:
+    """The two servers' CPU figures compared round by round (a round's turns ran close together in time): the
+    median of the per-round ratios, and in how many rounds motor's server was the cheaper."""
+    pairs = list(zip(row.cpu_turns(MOTOR), row.cpu_turns(CANDIDATE), strict=True))
+    cheaper = sum(m < c for m, c in pairs)
+    return f"{statistics.median(m / c for m, c in pairs):.2f}, {cheaper}/{len(pairs)}"
 
 
 def print_row(row: Row) -> None:
@@ -148,17 +159,18 @@ def print_row(row: Row) -> None:
         print(f"{line} {ms(p50 - direct_p50):>9s} {row.median(name, 'cpu'):10.0f} {spread:>18s}")
     print(
         f"{MOTOR} / {CANDIDATE}: CPU per request {ratio(row, 'cpu'):.2f}, P50 {ratio(row, 'p50'):.2f}, "
-        f"P99 {ratio(row, 'p99'):.2f} (medians over turns)"
+        f"P99 {ratio(row, 'p99'):.2f} (medians over turns); CPU by round: median ratio, motor cheaper in "
+        f"{by_round(row)} rounds"
     )
 
 
-def print_summary(rows: list[Row]) -> None:
+def print_summary(rows: list[Row], stream: "StreamRow | None") -> None:
     print(
         f"\nsummary: medians over turns, ratio = {MOTOR} / {CANDIDATE} (below 1: motor's server is cheaper)"
     )
     print(
         f"{'row':48s} {'CPU/req µs motor':>16s} {'uvicorn':>8s} {'ratio':>6s} {'P50 ms motor':>12s} {'uvicorn':>8s} "
-        f"{'ratio':>6s} {'P99 ms motor':>12s} {'uvicorn':>8s} {'ratio':>6s}"
+        f"{'ratio':>6s} {'P99 ms motor':>12s} {'uvicorn':>8s} {'ratio':>6s}  CPU by round: median ratio, motor cheaper in"
     )
     for row in rows:
         cells = []
@@ -166,7 +178,11 @@ def print_summary(rows: list[Row]) -> None:
             motor, candidate = row.median(MOTOR, figure_of) * scale, row.median(CANDIDATE, figure_of) * scale
             digits = 0 if figure_of == "cpu" else 3
             cells.append(f"{motor:{width}.{digits}f} {candidate:8.{digits}f} {motor / candidate:6.2f}")
-        print(f"{row.config + ', ' + row.section:48s} {' '.join(cells)}")
+        print(f"{row.config + ', ' + row.section:48s} {' '.join(cells)}  {by_round(row)}")
+    if stream is not None:
+        motor, candidate = stream.median(MOTOR), stream.median(CANDIDATE)
+        cells = f"{motor:16.1f} {candidate:8.1f} {motor / candidate:6.2f}"
+        print(f"{'aggregated, streams (CPU per event)':48s} {cells}{'':52s}{by_round(stream)}")
 
 
 @dataclass
@@ -186,8 +202,11 @@ class StreamRow:
     turns: dict[str, list[StreamTurn]]
     loads: str
 
+    def cpu_turns(self, name: str) -> list[float]:
+        return [t.cpu_per_event_us for t in self.turns[name]]
+
     def median(self, name: str) -> float:
-        return statistics.median(t.cpu_per_event_us for t in self.turns[name])
+        return statistics.median(self.cpu_turns(name))
 
 
 async def stream_row(slow: Process, args: argparse.Namespace, work: Path) -> StreamRow:
@@ -219,7 +238,8 @@ def print_stream_row(row: StreamRow) -> None:
             f"{row.median(name):12.1f} {f'{min(cpus):.1f}–{max(cpus):.1f}':>18s}"
         )
     print(
-        f"{MOTOR} / {CANDIDATE}: CPU per event {row.median(MOTOR) / row.median(CANDIDATE):.2f} (medians over turns)"
+        f"{MOTOR} / {CANDIDATE}: CPU per event {row.median(MOTOR) / row.median(CANDIDATE):.2f} (medians over turns); "
+        f"by round: median ratio, motor cheaper in {by_round(row)} rounds"
     )
 
 
@@ -290,11 +310,7 @@ async def main(args: argparse.Namespace) -> None:
             engines_stack.callback(slow.stop)
             stream = await stream_row(slow, args, work)
             print_stream_row(stream)
-    print_summary(rows)
-    if stream is not None:
-        ratio_ = stream.median(MOTOR) / stream.median(CANDIDATE)
-        cells = f"{stream.median(MOTOR):16.1f} {stream.median(CANDIDATE):8.1f} {ratio_:6.2f}"
-        print(f"{'aggregated, streams (CPU per event)':48s} {cells}")
+    print_summary(rows, stream)
     plot(rows, stream, args.plot)
 
 
