@@ -116,11 +116,14 @@ class Row:
         return [f.cpu_per_request_us for f in self.turns[name]]
 
     def median(self, name: str, figure_of: str) -> float:
-        values = [value for f in self.turns[name] if (value := of(f, figure_of)) == value]  # not NaN
+        values = [
+            value for f in self.turns[name] if (value := figure_value(f, figure_of)) == value
+        ]  # not NaN
         return statistics.median(values) if values else float("nan")
 
 
-def of(f: Figures, figure_of: str) -> float:
+def figure_value(f: Figures, figure_of: str) -> float:
+    """A turn's CPU per request (µs), P50 or P99 latency (s)."""
     if figure_of == "cpu":
         return f.cpu_per_request_us
     if not f.latencies:
@@ -162,6 +165,14 @@ def print_row(row: Row) -> None:
         f"P99 {ratio(row, 'p99'):.2f} (medians over turns); CPU by round: median ratio, motor cheaper in "
         f"{by_round(row)} rounds"
     )
+    print_cpu_turns(row, "CPU/req µs", 0)
+
+
+def print_cpu_turns(row: "Row | StreamRow", unit: str, digits: int) -> None:
+    for name in (MOTOR, CANDIDATE):
+        print(
+            f"  {unit} by round, {name}: {' '.join(f'{value:.{digits}f}' for value in row.cpu_turns(name))}"
+        )
 
 
 def print_summary(rows: list[Row], stream: "StreamRow | None") -> None:
@@ -241,6 +252,7 @@ def print_stream_row(row: StreamRow) -> None:
         f"{MOTOR} / {CANDIDATE}: CPU per event {row.median(MOTOR) / row.median(CANDIDATE):.2f} (medians over turns); "
         f"by round: median ratio, motor cheaper in {by_round(row)} rounds"
     )
+    print_cpu_turns(row, "CPU/event µs", 1)
 
 
 def plot(rows: list[Row], stream: StreamRow | None, path: Path) -> None:
