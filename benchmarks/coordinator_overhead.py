@@ -198,8 +198,11 @@ PLAN_IN_TREE = (
 )
 
 
-def start_coordinator(config: str, work: Path, tree: Path | None = None) -> Coordinator:
-    """A coordinator from this checkout, or from the source tree `tree` (planned and run by that tree)."""
+def start_coordinator(
+    config: str, work: Path, tree: Path | None = None, launcher: tuple[str, ...] = ("-m", "motor.coordinator")
+) -> Coordinator:
+    """A coordinator from this checkout, or from the source tree `tree` (planned and run by that tree);
+    `launcher`: what the interpreter runs with `--spec FILE` (server_choice.py starts a candidate server)."""
     infer_port, mgmt_port = free_port(), free_port()
     directory = work / f"coordinator-{config}-{infer_port}"
     directory.mkdir()
@@ -219,7 +222,7 @@ def start_coordinator(config: str, work: Path, tree: Path | None = None) -> Coor
         spec, secrets = json.loads(planned.stdout)
     spec_path = directory / "coordinator.spec.json"
     spec_path.write_text(spec)
-    args = [sys.executable, "-m", "motor.coordinator", "--spec", str(spec_path)]
+    args = [sys.executable, *launcher, "--spec", str(spec_path)]
     # the API keys and the controller token travel in the environment, as `motor deploy` hands them over
     env.update(secrets)
     env["MOTOR_CONTROLLER_TOKEN"] = REFRESH_TOKEN

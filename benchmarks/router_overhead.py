@@ -204,9 +204,12 @@ async def open_loop_turn(
     await asyncio.gather(*tasks)
 
 
-async def alternate(paths: list[Route], turns: int, run_turn: Turn) -> tuple[dict[str, Figures], str]:
-    """`turns` rounds; in each, every path runs one turn, the order rotating by one every round."""
-    figures = {path.name: Figures() for path in paths}
+async def alternate_turns(
+    paths: list[Route], turns: int, run_turn: Turn
+) -> tuple[dict[str, list[Figures]], str]:
+    """`turns` rounds; in each, every path runs one turn (its own Figures), the order rotating by one every
+    round. Returns each path's turns and the load average after each round."""
+    results: dict[str, list[Figures]] = {path.name: [] for path in paths}
     pools = {path.name: UpstreamPool(connect_timeout=10, write_timeout=10) for path in paths}
     targets = {path.name: Target(path.port, request_head(len(BODY), path.headers)) for path in paths}
     for path in paths:  # warm connections and every router's first-request work
@@ -218,15 +221,31 @@ async def alternate(paths: list[Route], turns: int, run_turn: Turn) -> tuple[dic
     for turn in range(turns):
         for k in range(len(paths)):
             path = paths[(turn + k) % len(paths)]
-            figure_ = figures[path.name]
-            before, completed = cpu_of(path), len(figure_.latencies)
-            await run_turn(pools[path.name], targets[path.name], figure_)
-            figure_.cpu_s += cpu_of(path) - before
-            figure_.requests += len(figure_.latencies) - completed
+            figures = Figures()
+            before = cpu_of(path)
+            await run_turn(pools[path.name], targets[path.name], figures)
+            figures.cpu_s = cpu_of(path) - before
+            figures.requests = len(figures.latencies)
+            results[path.name].append(figures)
         loads.append(load_average())
     for pool in pools.values():
         pool.close()
-    return figures, " ".join(loads)
+    return results, " ".join(loads)
+
+
+async def alternate(paths: list[Route], turns: int, run_turn: Turn) -> tuple[dict[str, Figures], str]:
+    """`alternate_turns`, each path's turns taken together."""
+    results, loads = await alternate_turns(paths, turns, run_turn)
+    return {name: merged(figures) for name, figures in results.items()}, loads
+
+
+def merged(turns: list[Figures]) -> Figures:
+    return Figures(
+        latencies=[latency for f in turns for latency in f.latencies],
+        errors=sum(f.errors for f in turns),
+        cpu_s=sum(f.cpu_s for f in turns),
+        requests=sum(f.requests for f in turns),
+    )
 
 
 def ms(seconds: float) -> str:
@@ -300,14 +319,20 @@ def plot(rows: list[tuple[str, str, dict[str, Figures]]], path: Path) -> None:
     save(fig, path)
 
 
+def start_engines(work: Path, stack: contextlib.ExitStack) -> dict[str, Process]:
+    """Zero-latency sim engines by role: union (aggregated), prefill and decode; stopped when `stack` closes."""
+    engines: dict[str, Process] = {}
+    for role, kv_role in (("union", "kv_both"), ("prefill", "kv_producer"), ("decode", "kv_consumer")):
+        engines[role] = start_sim(f"sim-{role}", work, kv_role, [])
+        stack.callback(engines[role].stop)
+    return engines
+
+
 async def main(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="motor-router-bench-"))
     rows: list[tuple[str, str, dict[str, Figures]]] = []
     with contextlib.ExitStack() as engines_stack:
-        engines: dict[str, Process] = {}
-        for role, kv_role in (("union", "kv_both"), ("prefill", "kv_producer"), ("decode", "kv_consumer")):
-            engines[role] = start_sim(f"sim-{role}", work, kv_role, [])
-            engines_stack.callback(engines[role].stop)
+        engines = start_engines(work, engines_stack)
         print(f"cpus: {os.cpu_count()}, load average {load_average()}, logs in {work}")
         for config in args.configs:
             roles = ("union",) if config == "aggregated" else ("prefill", "decode")
@@ -339,14 +364,19 @@ async def main(args: argparse.Namespace) -> None:
         plot(rows, args.plot)
 
 
+def add_turn_options(parser: argparse.ArgumentParser, turns: int) -> None:
+    """The options of the sequential and open-loop turns."""
+    parser.add_argument("--turns", type=int, default=turns, help="rounds; every path runs one turn per round")
+    parser.add_argument("--sequential", type=int, default=500, help="sequential requests per turn")
+    parser.add_argument("--rate", type=float, default=500.0, help="open-loop requests/s")
+    parser.add_argument("--turn-s", type=float, default=3.0, help="seconds per open-loop turn")
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--turns", type=int, default=3, help="rounds; every path runs one turn per round")
-    parser.add_argument("--sequential", type=int, default=500, help="sequential requests per turn")
-    parser.add_argument("--rate", type=float, default=500.0, help="open-loop requests/s")
-    parser.add_argument("--turn-s", type=float, default=3.0, help="seconds per open-loop turn")
+    add_turn_options(parser, turns=3)
     parser.add_argument("--streams", type=int, default=1000, help="concurrent streams per turn; 0 skips them")
     parser.add_argument("--stream-tokens", type=int, default=50)
     parser.add_argument("--stream-itl-ms", type=float, default=20.0)
