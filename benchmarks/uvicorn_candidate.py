@@ -1,6 +1,6 @@
 """A candidate for the coordinator's HTTP server, measured by server_choice.py: uvicorn's httptools protocol
 (`uvicorn.protocols.http.httptools_impl.HttpToolsProtocol`) carrying the two scope extensions motor's apps use
-(motor/coordinator/asgi.py), behind the interface of motor's `HttpServer`.
+(motor/coordinator/http/asgi.py), behind the interface of motor's `HttpServer`.
 
     PYTHONPATH=. .venv/bin/python benchmarks/uvicorn_candidate.py --spec FILE
 
@@ -24,8 +24,8 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
-import motor.coordinator.server as server_module
-from motor.coordinator.asgi import COMPLETE_BODY, ON_DISCONNECT
+import motor.coordinator.http.server as server_module
+from motor.coordinator.http.asgi import COMPLETE_BODY, ON_DISCONNECT
 from motor.protocol.specs import TlsFiles
 from motor.runtime.tls import server_context
 
@@ -116,6 +116,7 @@ class UvicornServer:
         *,
         keep_alive_timeout: float,
         head_timeout: float,  # not enforced: uvicorn has no deadline for a request head
+        max_head_bytes: int = 64 << 10,  # not enforced: uvicorn's httptools protocol has no head limit
         tls: TlsFiles | None = None,
     ) -> None:
         self.config = uvicorn.Config(

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import httpx
 
-from motor.coordinator.asgi import COMPLETE_BODY, ON_DISCONNECT, Receive, Scope, Send, send_bytes
-from motor.coordinator.server import listen_socket, serve
+from motor.coordinator.http.asgi import COMPLETE_BODY, ON_DISCONNECT, Receive, Scope, Send, send_bytes
+from motor.coordinator.http.server import listen_socket, serve
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from coordinator_overhead import MODEL, register, scrape, start_coordinator, start_sim
