@@ -22,13 +22,11 @@ class EventDecodeError(ValueError):
     """The bytes are not a KV event message."""
 
 
+# Only the fields the index reads are decoded; msgspec skips the rest (parent hash, token ids, LoRA, ...) unread.
 class BlockStored(msgspec.Struct, tag=True, omit_defaults=True):
     block_hashes: list[int | bytes]
-    parent_block_hash: int | bytes | None
-    token_ids: list[int]
     block_size: int
     medium: str | None = None
-    lora_name: str | None = None
 
 
 class BlockRemoved(msgspec.Struct, tag=True, omit_defaults=True):
