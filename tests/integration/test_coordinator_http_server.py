@@ -432,7 +432,7 @@ async def test_shutdown_finishes_requests_in_progress_and_closes_idle_connection
 
     sock = listen_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    server = HttpServer(app, keep_alive_timeout=30, head_timeout=10)
+    server = HttpServer(app, keep_alive_timeout=30, head_timeout=10, max_head_bytes=64 << 10)
     stop = asyncio.Event()
     serving = asyncio.create_task(serve([(server, sock)], stop))
     while not server.started:

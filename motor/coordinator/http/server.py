@@ -32,7 +32,7 @@ class HttpServer:
         *,
         keep_alive_timeout: float,
         head_timeout: float,
-        max_head_bytes: int = 64 << 10,
+        max_head_bytes: int,
         tls: TlsFiles | None = None,
     ) -> None:
         """`tls`: serve HTTPS with these files (client certificates required when they name a CA)."""
