@@ -17,7 +17,6 @@ from pydantic import (
     ConfigDict,
     Field,
     Strict,
-    field_validator,
     model_validator,
 )
 
@@ -251,13 +250,34 @@ LEGACY_DEPLOY_MODE_PROFILE: dict[str, DispatchProfile] = {
 }
 
 
+class KvAffinityConfig(Section):
+    """`scheduler_config.kv_affinity`: how scheduler_type kv_cache_affinity weighs what each prefill/union endpoint
+    holds of a prompt (pyMotor's keys and defaults; see motor/coordinator/scheduling/kv_affinity.py)."""
+
+    mode: Literal["unified", "load_gated"] = "unified"
+    load_weight: Annotated[float, Strict(), Field(ge=0)] = 1.0
+    overlap_credit: Annotated[float, Strict(), Field(ge=0, le=1)] = 1.0
+    prefill_load_scale: Annotated[float, Strict(), Field(ge=0)] = 1.0
+    load_gate_topn: Annotated[int, Strict(), Field(ge=0, description="0: 2")] = 0
+    w_npu: Annotated[float, Strict(), Field(ge=0, le=1)] = 1.0
+    w_cpu: Annotated[float, Strict(), Field(ge=0, le=1)] = 1.0
+    w_disk: Annotated[float, Strict(), Field(ge=0, le=1)] = 0.0
+    hit_rate_threshold: Annotated[float, Strict(), Field(ge=0, le=1)] = 0.0
+
+
+# pyMotor's deprecated flat spellings of the kv_affinity keys (`scheduler_config.kv_affinity_<key>`)
+KV_AFFINITY_FLAT_PREFIX = "kv_affinity_"
+
+
 class SchedulerConfig(Section):
     dispatch_profile: DispatchProfile | None = None
     deploy_mode: LegacyDeployMode | None = Field(
         default=None,
         description="pyMotor's name for the dispatch style; checked against the resolved profile",
     )
-    scheduler_type: Literal["round_robin", "load_balance", "prefix_affinity", "pd_aware"] = "load_balance"
+    scheduler_type: Literal["round_robin", "load_balance", "prefix_affinity", "pd_aware", "kv_cache_affinity"] = (
+        "load_balance"
+    )
     affinity_block_size: Annotated[int, Strict(), Field(ge=1)] = 128
     affinity_max_load_ratio: Annotated[float, Strict(), Field(ge=1.0)] = 2.0
     admission_max_prefill_tokens: Annotated[int, Strict(), Field(ge=1)] = 16384
@@ -266,10 +286,24 @@ class SchedulerConfig(Section):
     stall_degraded_after: Annotated[int, Strict(), Field(ge=1)] = 2
     stall_recovery_half_life: PositiveSeconds = 60.0
 
-    @field_validator("scheduler_type", mode="before")
+    kv_affinity: KvAffinityConfig = Field(default_factory=KvAffinityConfig)
+
+    @model_validator(mode="before")
     @classmethod
-    def _legacy_affinity_name(cls, value: object) -> object:
-        return "prefix_affinity" if value == "kv_cache_affinity" else value
+    def _flat_kv_affinity_keys(cls, data: object) -> object:
+        """Fold the flat `kv_affinity_<key>` aliases into `kv_affinity`; a key set in both, the nested one wins."""
+        if not isinstance(data, dict) or not any(
+            isinstance(k, str) and k.startswith(KV_AFFINITY_FLAT_PREFIX) for k in data
+        ):
+            return data
+        data = dict(data)
+        nested = data.get("kv_affinity")
+        folded = dict(nested) if isinstance(nested, dict) else {}
+        for key in [k for k in data if isinstance(k, str) and k.startswith(KV_AFFINITY_FLAT_PREFIX)]:
+            folded.setdefault(key.removeprefix(KV_AFFINITY_FLAT_PREFIX), data.pop(key))
+        if nested is None or isinstance(nested, dict):
+            data["kv_affinity"] = folded
+        return data
 
 
 class ExceptionConfig(Section):

@@ -356,8 +356,8 @@ _S = f"{_K}.scheduler_config"
 _implemented(
     _S,
     "scheduler_type",
-    "load_balance, round_robin; kv_cache_affinity is motor's prefix_affinity (prefix hashing in the coordinator); "
-    "pd_aware is motor's own",
+    "load_balance, round_robin, kv_cache_affinity (routes on the engines' KV events and the pool's contents: "
+    "docs/kv-routing.md); prefix_affinity (prefix hashing in the coordinator) and pd_aware are motor's own",
 )
 _implemented(
     _S,
@@ -376,16 +376,18 @@ _warned(
     "endpoint_instance_score_weight",
     "motor's load_balance scores instances by outstanding requests and tokens",
 )
-_warned(
+_implemented(
     _S,
     "kv_affinity_mode kv_affinity_load_weight kv_affinity_overlap_credit kv_affinity_prefill_load_scale "
-    "kv_affinity_load_gate_topn kv_affinity_w_npu kv_affinity_w_cpu kv_affinity_w_disk",
-    "prefix_affinity is tuned by affinity_block_size and affinity_max_load_ratio",
+    "kv_affinity_load_gate_topn kv_affinity_w_npu kv_affinity_w_cpu kv_affinity_w_disk "
+    "kv_affinity_hit_rate_threshold",
+    "deprecated flat spellings of kv_affinity.<key>; the nested key wins when both are given",
 )
-_warned_section(
+_implemented(
     f"{_S}.kv_affinity",
-    "mode load_weight overlap_credit prefill_load_scale load_gate_topn w_npu w_cpu w_disk",
-    "prefix_affinity is tuned by affinity_block_size and affinity_max_load_ratio",
+    "mode load_weight overlap_credit prefill_load_scale load_gate_topn w_npu w_cpu w_disk hit_rate_threshold",
+    "scheduler_type kv_cache_affinity's scoring, pyMotor's formula (w_npu: the engine's own KV cache, w_cpu: "
+    "its CPU tier and the shared pool, w_disk: a disk tier)",
 )
 _warned(
     _S,

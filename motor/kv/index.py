@@ -126,6 +126,15 @@ class KvIndex:
                 matched[instance] = depth
         return matched
 
+    def continue_prefix(self, instance: str, hashes: Sequence[int], start: int, tier: str) -> int:
+        """How far `instance` holds `hashes` in `tier` going on from block `start` (returns `start` at least)."""
+        blocks = self._blocks.get(instance, {}).get(tier)
+        depth = start
+        if blocks:
+            while depth < len(hashes) and hashes[depth] in blocks:
+                depth += 1
+        return depth
+
     def _stored(self, instance: str, event: BlockStored) -> None:
         if event.block_size != self.block_size:
             self.stats.wrong_block_size += 1

@@ -56,11 +56,17 @@ def test_unimplemented_pymotor_keys_warn_instead_of_failing():
     assert "env.json:motor_mf_store_env" in joined
 
 
-def test_legacy_scheduler_name_maps_to_prefix_affinity():
+def test_kv_cache_affinity_is_its_own_policy_and_folds_the_flat_aliases():
     user, env = seed()
-    user["motor_coordinator_config"]["scheduler_config"]["scheduler_type"] = "kv_cache_affinity"
-    topology = load_documents(user, env)
-    assert topology.user.motor_coordinator_config.scheduler_config.scheduler_type == "prefix_affinity"
+    scheduler = user["motor_coordinator_config"]["scheduler_config"]
+    scheduler["scheduler_type"] = "kv_cache_affinity"
+    scheduler["kv_affinity_mode"] = "load_gated"
+    scheduler["kv_affinity_w_cpu"] = 0.5
+    scheduler["kv_affinity"] = {"w_cpu": 0.25}
+    config = load_documents(user, env).user.motor_coordinator_config.scheduler_config
+    assert config.scheduler_type == "kv_cache_affinity"
+    assert config.kv_affinity.mode == "load_gated"
+    assert config.kv_affinity.w_cpu == 0.25  # the nested key wins
 
 
 def test_kv_conductor_config_is_validated_and_reported_as_not_deployed():

@@ -7,15 +7,20 @@
   outscores every other, so the winner is the least loaded preferred endpoint that passes the filters, else the
   heap's head; only the few preferred endpoints are looked at. O(log n) per decision with the heap's upkeep.
 - `CursorDecider`: round robin with per-endpoint filters: walk from the cursor, filtering lazily.
+- `KvAffinityDecider`: kv_cache_affinity (`kv_affinity.py`). Endpoints the locator does not name hold what every
+  endpoint holds and differ only by load, so the least loaded of them stands for all of them (unified); load_gated
+  scores the `load_gate_topn` heads of the heap. O(k + log n) for k endpoints named by the locator.
 - `GenericDecider`: every filter, scorer and the picker over the whole pool, O(n) per scorer; any profile
   the others cannot run, and the reference the other two are tested against.
 """
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 from motor.coordinator.scheduling.demand import Demand
 from motor.coordinator.scheduling.filters import ExcludedFilter
 from motor.coordinator.scheduling.heap import LoadHeap
+from motor.coordinator.scheduling.kv_affinity import KvAffinityScorer, LeastLoadedFilter
 from motor.coordinator.scheduling.load import EndpointLoad, Pool
 from motor.coordinator.scheduling.pickers import MaxScorePicker, RoundRobinPicker
 from motor.coordinator.scheduling.plugins import Exclusions, LoadBoundFilter, PointFilter
@@ -86,6 +91,43 @@ class HeapDecider(Decider):
         return best
 
 
+class KvAffinityDecider(Decider):
+    def __init__(self, profile: SchedulingProfile, pool: Pool) -> None:
+        super().__init__(profile, pool)
+        self.heap = LoadHeap(pool.endpoints)
+        self.scorer: KvAffinityScorer = profile.scorers[0][0]  # type: ignore[assignment]
+
+    def decide(self, demand: Demand, exclude: Exclusions) -> EndpointLoad | None:
+        scorer = self.scorer
+        if scorer.weights.mode == "load_gated":
+            gate = self.heap.smallest(  # type: ignore[union-attr]
+                scorer.weights.gate_topn, exclude
+            )
+            return _best(gate, scorer.score(gate, demand)) if gate else None
+        least = self.heap.smallest_excluding(exclude)  # type: ignore[union-attr]
+        matches = scorer.matches(demand)
+        if least is None or matches is None or not matches.by_key:
+            return least
+        by_key = self.pool.by_key
+        candidates = [least]
+        for key in matches.by_key:
+            endpoint = by_key.get(key)
+            if endpoint is not None and endpoint is not least and endpoint.instance_id not in exclude:
+                candidates.append(endpoint)
+        return _best(candidates, scorer.score(candidates, demand))
+
+
+def _best(candidates: Sequence[EndpointLoad], scores: Sequence[float]) -> EndpointLoad:
+    """The max-score picker's rule: the highest score, ties to the endpoint picked least recently."""
+    best = 0
+    for i in range(1, len(candidates)):
+        if scores[i] > scores[best] or (
+            scores[i] == scores[best] and candidates[i].last_pick < candidates[best].last_pick
+        ):
+            best = i
+    return candidates[best]
+
+
 class CursorDecider(Decider):
     def __init__(self, profile: SchedulingProfile, pool: Pool) -> None:
         super().__init__(profile, pool)
@@ -118,6 +160,8 @@ def compile_profile(profile: SchedulingProfile, pool: Pool) -> Decider:
         and all(isinstance(f, PointFilter) for f in filters)
     ):
         return CursorDecider(profile, pool)
+    if _runs_on_kv_decider(profile):
+        return KvAffinityDecider(profile, pool)
     load_weights = [weight for scorer, weight in scorers if isinstance(scorer, LoadScorer)]
     preferences = [(scorer, weight) for scorer, weight in scorers if scorer.sparse]
     if (
@@ -133,3 +177,19 @@ def compile_profile(profile: SchedulingProfile, pool: Pool) -> Decider:
     ):
         return HeapDecider(profile, pool)
     return GenericDecider(profile, pool)
+
+
+def _runs_on_kv_decider(profile: SchedulingProfile) -> bool:
+    """kv_affinity alone, over the excluded filter (and load_gated's gate), with weights under which an endpoint
+    the locator names holds at least what the others do (w_npu ≥ w_cpu) and load breaks ties (load_weight > 0)."""
+    scorers = profile.scorers
+    if len(scorers) != 1 or not isinstance(scorers[0][0], KvAffinityScorer) or scorers[0][1] <= 0:
+        return False
+    if not isinstance(profile.picker, MaxScorePicker):
+        return False
+    weights = scorers[0][0].weights
+    gated = weights.mode == "load_gated"
+    expected = (ExcludedFilter, LeastLoadedFilter) if gated else (ExcludedFilter,)
+    if tuple(type(f) for f in profile.filters) != expected:
+        return False
+    return gated or (weights.w_npu >= weights.w_cpu and weights.load_weight > 0)

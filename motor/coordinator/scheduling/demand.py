@@ -4,6 +4,7 @@ policies that estimate it — how much of the prompt the shared KV pool probably
 
 from dataclasses import dataclass, field
 
+from motor.coordinator.scheduling.kv_matches import KvMatches
 from motor.coordinator.scheduling.prefix import text_block_hashes, token_block_hashes
 
 
@@ -14,6 +15,11 @@ class Demand:
     prompt_text: str = ""
     prompt_token_ids: list[int] | None = None
     pool_hit_tokens: int | None = None  # set by `PoolHits` when the prefill leg is placed
+    # kv_cache_affinity: the pool's leading blocks (asked before the prefill pick), the engine-form block hashes,
+    # and the locator's answer (False: none usable, the leg goes by load)
+    pool_blocks: int | None = None
+    kv_hashes: list[int] | None = field(default=None, repr=False)
+    kv_matches: KvMatches | bool | None = field(default=None, repr=False)
     _hashes: list[int] | None = field(default=None, repr=False)
 
     def block_hashes(self, block_size: int) -> list[int]:

@@ -79,6 +79,21 @@ class LoadHeap:
             self._add_children(frontier, i)
         return None
 
+    def smallest(self, n: int, excluded: set[str] | frozenset[str]) -> list[EndpointLoad]:
+        """The `n` least loaded endpoints not in `excluded`, least loaded first (O(n log n + k log k))."""
+        items = self._items
+        found: list[EndpointLoad] = []
+        if not items or n <= 0:
+            return found
+        frontier = [(items[0].tokens + items[0].kv, items[0].last_pick, 0)]
+        while frontier and len(found) < n:
+            _, _, i = heapq.heappop(frontier)
+            self.steps += 1
+            if items[i].instance_id not in excluded:
+                found.append(items[i])
+            self._add_children(frontier, i)
+        return found
+
     def _add_children(self, frontier: list[tuple[float, int, int]], i: int) -> None:
         for child in (2 * i + 1, 2 * i + 2):
             if child < len(self._items):

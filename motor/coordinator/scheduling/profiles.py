@@ -9,11 +9,17 @@ A policy is a named configuration of plugins per role; `scheduler_config.schedul
 | prefix_affinity, prefill and union roles | role, routable, excluded, load_ratio | prefix_affinity (1), load (1) | max_score |
 | prefix_affinity, decode role | as load_balance | | |
 | pd_aware, prefill and union roles | role, routable, excluded, admission (queued tokens) | queued_prefill (1) | max_score |
+| kv_cache_affinity, prefill and union roles, unified | role, routable, excluded | kv_affinity (1) | max_score |
+| kv_cache_affinity, prefill and union roles, load_gated | role, routable, excluded, least_loaded (topn) | kv_affinity (1) | max_score |
+| kv_cache_affinity, decode role | as load_balance | | |
 | pd_aware, decode role | role, routable, excluded, admission (legs in flight) | kv_held (1), batch (1) | max_score |
 
 In prefix_affinity an owner of the prompt's prefix scores at least 1 + its load score and every other endpoint
 at most 1, so an owner that passed the load-ratio filter always wins and the least loaded owner among them;
 when none passed, the least loaded endpoint takes the leg (and becomes an owner).
+
+kv_cache_affinity (pyMotor's policy) scores what each endpoint holds of the prompt in its own cache, its CPU tier
+and the shared pool, as the engines' KV events and the pool tell it (`kv_affinity.py`).
 
 pd_aware (a motor extension) places each leg of a PD request by what that leg costs its engine: a prefill by
 the compute queued there, counting for every prefill leg only what the shared pool is not expected to hold
@@ -32,6 +38,12 @@ from motor.coordinator.scheduling.filters import (
     RoleFilter,
     RoutableFilter,
 )
+from motor.coordinator.scheduling.kv_affinity import (
+    KvAffinityScorer,
+    KvAffinityWeights,
+    KvLocator,
+    LeastLoadedFilter,
+)
 from motor.coordinator.scheduling.pickers import MaxScorePicker, RoundRobinPicker
 from motor.coordinator.scheduling.plugins import Filter, Picker, PickObserver, PoolFilter, Scorer
 from motor.coordinator.scheduling.pool_hits import PoolHits
@@ -45,7 +57,7 @@ from motor.coordinator.scheduling.scorers import (
 )
 from motor.protocol.instances import InstanceRole
 
-PolicyName = Literal["round_robin", "load_balance", "prefix_affinity", "pd_aware"]
+PolicyName = Literal["round_robin", "load_balance", "prefix_affinity", "pd_aware", "kv_cache_affinity"]
 AFFINITY_ROLES: tuple[InstanceRole, ...] = ("prefill", "union")
 
 
@@ -71,6 +83,8 @@ class PolicyOptions:
     admission_max_prefill_tokens: float = 16384
     admission_max_decode_requests: int = 256
     pool_hits: PoolHits | None = None  # pd_aware's estimate, shared by the profiles of one scheduler
+    kv_locator: KvLocator | None = None  # kv_cache_affinity's view of where KV blocks are
+    kv_weights: KvAffinityWeights = field(default_factory=KvAffinityWeights)
 
 
 def build_profile(policy: PolicyName, role: InstanceRole, options: PolicyOptions) -> SchedulingProfile:
@@ -86,6 +100,17 @@ def build_profile(policy: PolicyName, role: InstanceRole, options: PolicyOptions
                 (PrefixAffinityScorer(options.prefix_index, options.affinity_block_size), 1.0),
                 (LoadScorer(), 1.0),
             ),
+            MaxScorePicker(),
+        )
+    if policy == "kv_cache_affinity" and role in AFFINITY_ROLES:
+        if options.kv_locator is None:
+            raise ValueError("kv_cache_affinity needs a KV locator")
+        weights = options.kv_weights
+        gate = (LeastLoadedFilter(weights.gate_topn),) if weights.mode == "load_gated" else ()
+        return SchedulingProfile(
+            pool_filters,
+            (ExcludedFilter(), *gate),
+            ((KvAffinityScorer(options.kv_locator, weights), 1.0),),
             MaxScorePicker(),
         )
     if policy == "pd_aware":
@@ -106,6 +131,6 @@ def build_profile(policy: PolicyName, role: InstanceRole, options: PolicyOptions
             MaxScorePicker(),
             (options.pool_hits,),
         )
-    if policy in ("load_balance", "prefix_affinity"):
+    if policy in ("load_balance", "prefix_affinity", "kv_cache_affinity"):
         return SchedulingProfile(pool_filters, (ExcludedFilter(),), ((LoadScorer(), 1.0),), MaxScorePicker())
     raise ValueError(f"unknown scheduling policy {policy!r}")

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from motor.coordinator.registry import ROLES, Target
 from motor.coordinator.scheduling.compiled import Decider, compile_profile
 from motor.coordinator.scheduling.demand import Demand
+from motor.coordinator.scheduling.kv_affinity import KvAffinityWeights, KvLocator
 from motor.coordinator.scheduling.load import EndpointLoad, Pool
 from motor.coordinator.scheduling.plugins import Exclusions, PickObserver
 from motor.coordinator.scheduling.prefill_stats import StallPolicy
@@ -87,6 +88,8 @@ class Scheduler:
         admission_max_prefill_tokens: float = 16384,
         admission_max_decode_requests: int = 256,
         stall_policy: StallPolicy | None = None,
+        kv_locator: KvLocator | None = None,
+        kv_weights: KvAffinityWeights | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.policy = policy
@@ -101,6 +104,8 @@ class Scheduler:
             prefix_index or PrefixIndex(),
             admission_max_prefill_tokens,
             admission_max_decode_requests,
+            kv_locator=kv_locator,
+            kv_weights=kv_weights or KvAffinityWeights(),
         )
         self._room_waiters: list[Callable[[], None]] = []
         self._loads: dict[Target, EndpointLoad] = {}

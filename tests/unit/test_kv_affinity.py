@@ -1,0 +1,157 @@
+"""kv_cache_affinity: pyMotor's scoring rule on hand-worked cases, the fallbacks to load, the locator's tier counts
+from a real index, and the compiled decider giving exactly the generic decider's answers."""
+
+import random
+
+import pytest
+
+from motor.coordinator.kv_events.locator import KvLocatorFromIndex
+from motor.coordinator.scheduling.compiled import GenericDecider, KvAffinityDecider, compile_profile
+from motor.coordinator.scheduling.demand import Demand
+from motor.coordinator.scheduling.kv_affinity import KvAffinityScorer, KvAffinityWeights
+from motor.coordinator.scheduling.kv_matches import KvMatches, TierBlocks
+from motor.coordinator.scheduling.load import EndpointLoad, Pool
+from motor.coordinator.scheduling.profiles import PolicyOptions, build_profile
+from motor.coordinator.scheduling.scheduler import Scheduler
+from motor.kv.block_hashes import BlockHasher
+from motor.kv.events import BlockStored, EventBatch
+from motor.kv.index import KvIndex
+from tests.unit.test_coordinator_scheduling import make_target
+
+BLOCK = 16
+
+
+class FixedLocator:
+    """Answers what a test says each endpoint holds (the decider tests need arbitrary matches)."""
+
+    block_size = BLOCK
+
+    def __init__(self, matches: KvMatches | None) -> None:
+        self.matches = matches
+
+    def locate(self, demand: Demand) -> KvMatches | None:
+        return self.matches
+
+
+def pool_of(loads: list[float]) -> list[EndpointLoad]:
+    result = [EndpointLoad(make_target(i)) for i in range(len(loads))]
+    for endpoint, load in zip(result, loads, strict=True):
+        endpoint.tokens = load
+    Pool(result)
+    return result
+
+
+def demand(tokens: int = 10 * BLOCK) -> Demand:
+    return Demand(prompt_tokens=tokens, max_new_tokens=8, prompt_token_ids=list(range(tokens)))
+
+
+def test_unified_cost_is_pymotors_formula() -> None:
+    weights = KvAffinityWeights(
+        w_npu=1.0, w_cpu=0.5, overlap_credit=0.8, prefill_load_scale=2.0, load_weight=0.5
+    )
+    scorer = KvAffinityScorer(FixedLocator(None), weights)
+    endpoint = pool_of([100.0])[0]
+    isl = 10 * BLOCK
+    matched = scorer.matched_tokens(TierBlocks(npu=3, cpu=2), isl)
+    assert matched == round((3 * 1.0 + 2 * 0.5) * BLOCK) == 64
+    assert scorer.cost(endpoint, matched, isl) == pytest.approx(2.0 * (160 - 0.8 * 64) + 0.5 * 100)
+    assert scorer.matched_tokens(TierBlocks(npu=50), isl) == isl  # never more than the prompt
+
+
+def test_unified_trades_cached_blocks_against_load() -> None:
+    # e0 holds 8 of 10 blocks but carries 100 tokens; e1 is idle and holds nothing: 160-128+100 < 160 + 0
+    endpoints = pool_of([100.0, 0.0])
+    matches = KvMatches({endpoints[0].key: TierBlocks(npu=8)})
+    scorer = KvAffinityScorer(FixedLocator(matches), KvAffinityWeights())
+    scores = scorer.score(endpoints, demand())
+    assert scores[0] > scores[1]
+    endpoints[0].tokens = 200.0  # now 160 - 128 + 200 > 160
+    scores = scorer.score(endpoints, Demand(prompt_tokens=160, max_new_tokens=8, prompt_token_ids=[0] * 160))
+    assert scores[0] < scores[1]
+
+
+def test_load_gated_keeps_the_least_loaded_then_the_longest_match() -> None:
+    endpoints = pool_of([0.0, 10.0, 500.0])
+    matches = KvMatches({endpoints[1].key: TierBlocks(npu=2), endpoints[2].key: TierBlocks(npu=9)})
+    weights = KvAffinityWeights(mode="load_gated")
+    options = PolicyOptions(kv_locator=FixedLocator(matches), kv_weights=weights)
+    profile = build_profile("kv_cache_affinity", "prefill", options)
+    decider = compile_profile(profile, Pool(endpoints))
+    assert isinstance(decider, KvAffinityDecider)
+    # e2 holds the most but is outside the two least loaded: e1 wins on its match
+    assert decider.decide(demand(), frozenset()) is endpoints[1]
+    assert GenericDecider(profile, Pool(endpoints)).decide(demand(), frozenset()) is endpoints[1]
+
+
+def test_no_token_ids_or_too_little_matched_goes_by_load() -> None:
+    endpoints = pool_of([50.0, 5.0])
+    matches = KvMatches({endpoints[0].key: TierBlocks(npu=1)})
+    for weights, request in (
+        (KvAffinityWeights(), Demand(prompt_tokens=160, max_new_tokens=8, prompt_text="no ids")),
+        (KvAffinityWeights(hit_rate_threshold=0.5), demand()),
+    ):
+        locator = KvLocatorFromIndex(KvIndex(BLOCK), BlockHasher(BLOCK))
+        scorer = KvAffinityScorer(
+            locator if request.prompt_token_ids is None else FixedLocator(matches), weights
+        )
+        assert scorer.matches(request) is None
+        scores = scorer.score(endpoints, request)
+        assert scores[1] > scores[0]  # the lighter endpoint, as load_balance would
+
+
+def test_the_chosen_endpoint_is_charged_only_what_it_must_compute() -> None:
+    scheduler = Scheduler("kv_cache_affinity", kv_locator=FixedLocator(None))
+    targets = [make_target(i) for i in range(2)]
+    matches = KvMatches({targets[1].key: TierBlocks(npu=6)})
+    scheduler.options.kv_locator.matches = matches  # type: ignore[union-attr]
+    scheduler.set_targets(targets)
+    request = demand()
+    assert scheduler.pick("prefill", request) is targets[1]
+    assert request.pool_hit_tokens == 6 * BLOCK
+    assert request.prefill_tokens == 4 * BLOCK
+
+
+def stored(hashes: list[int], medium: str = "GPU") -> BlockStored:
+    return BlockStored(block_hashes=hashes, block_size=BLOCK, medium=medium)  # type: ignore[call-arg]
+
+
+def test_locator_counts_tiers_exclusively_and_the_pool_for_everyone() -> None:
+    hasher = BlockHasher(BLOCK)
+    index = KvIndex(BLOCK)
+    ids = list(range(10 * BLOCK))
+    hashes = hasher.event_hashes(ids)
+    index.apply("a", EventBatch(0, 0.0, [stored(hashes[:3]), stored(hashes[3:6], "CPU")], None, 0))
+    index.apply("b", EventBatch(0, 0.0, [stored(hashes[:1])], None, 0))
+    locator = KvLocatorFromIndex(index, hasher)
+    request = Demand(prompt_tokens=len(ids), max_new_tokens=1, prompt_token_ids=ids, pool_blocks=4)
+    found = locator.locate(request)
+    assert found is not None
+    assert found.by_key["a"] == TierBlocks(npu=3, cpu=3)  # its CPU tier continues past the pool's 4
+    assert found.by_key["b"] == TierBlocks(npu=1, cpu=3)  # its own block, then the pool's
+    assert found.default == TierBlocks(cpu=4)  # any other engine loads the pool's 4 blocks
+
+
+@pytest.mark.parametrize("mode", ["unified", "load_gated"])
+def test_compiled_decider_matches_the_generic_one(mode: str) -> None:
+    rng = random.Random(7)
+    for _ in range(300):
+        n = rng.randint(1, 12)
+        endpoints = pool_of([float(rng.choice([0, 10, 50, 200, 1000])) for _ in range(n)])
+        for endpoint in endpoints:
+            endpoint.last_pick = rng.randint(-20, 20)
+        named = rng.sample(endpoints, rng.randint(0, n))
+        matches = KvMatches(
+            {e.key: TierBlocks(npu=rng.randint(0, 10), cpu=rng.randint(0, 3)) for e in named},
+            TierBlocks(cpu=rng.randint(0, 1)),
+        )
+        weights = KvAffinityWeights(
+            mode=mode, load_weight=rng.choice([0.1, 1.0, 3.0]), w_cpu=rng.choice([0.0, 1.0])
+        )
+        options = PolicyOptions(kv_locator=FixedLocator(matches), kv_weights=weights)
+        profile = build_profile("kv_cache_affinity", "prefill", options)
+        pool = Pool(endpoints)
+        fast = compile_profile(profile, pool)
+        assert isinstance(fast, KvAffinityDecider)
+        exclude = frozenset(e.instance_id for e in rng.sample(endpoints, rng.randint(0, n - 1)))
+        request, twin = demand(), demand()
+        assert fast.decide(request, exclude) is GenericDecider(profile, pool).decide(twin, exclude)
