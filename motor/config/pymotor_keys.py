@@ -383,6 +383,7 @@ _implemented(
     "kv_affinity_hit_rate_threshold",
     "deprecated flat spellings of kv_affinity.<key>; the nested key wins when both are given",
 )
+_implemented(_S, "kv_affinity", "scheduler_type kv_cache_affinity's scoring")
 _implemented(
     f"{_S}.kv_affinity",
     "mode load_weight overlap_credit prefill_load_scale load_gate_topn w_npu w_cpu w_disk hit_rate_threshold",

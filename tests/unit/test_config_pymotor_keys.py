@@ -11,7 +11,7 @@ from motor.config import ConfigError, load_documents
 from motor.config.compat import ENGINE_SECTIONS
 from motor.config.compat_doc import with_table
 from motor.config.loader import _model_in
-from motor.config.models import EnvConfig, UserConfig
+from motor.config.models import EnvConfig, KvAffinityConfig, UserConfig
 from motor.config.pymotor_keys import BY_PATH, ENV_PREFIX, PYMOTOR_KEYS, Status
 from tests.unit.config_cases import aggregated, seed
 
@@ -21,6 +21,10 @@ FOLDED = {
     "motor_nodemanager_config",
     "kv_cache_store_config.backend",
     *(f"{section}.model_config" for section in ENGINE_SECTIONS),
+    *(
+        f"motor_coordinator_config.scheduler_config.kv_affinity_{key}"
+        for key in KvAffinityConfig.model_fields
+    ),
 }
 
 
