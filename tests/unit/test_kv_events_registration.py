@@ -38,3 +38,21 @@ def test_kv_events_enabled_reads_the_raw_scheduler_type() -> None:
         {"motor_coordinator_config": {"scheduler_config": {"scheduler_type": "load_balance"}}}
     )
     assert not kv_events_enabled({})
+
+
+def test_engine_options_get_the_publisher_and_keep_the_operators_topic() -> None:
+    from motor.deploy.engines.kv_events import local_placement, pod_placement, with_kv_events
+
+    local = with_kv_events({"model": "m"}, local_placement("/tmp/j/prefill-0"))
+    assert local["kv-events-config"] == {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": "ipc:///tmp/j/prefill-0/kv.ev",
+        "replay_endpoint": "ipc:///tmp/j/prefill-0/kv.rp",
+        "topic": "kv-events",
+    }
+    assert local["prefix-caching-hash-algo"] == "sha256"
+    pod = pod_placement("{advertise_host}", 5557, 5558)
+    assert (pod.endpoint, pod.connect) == ("tcp://*:5557", "tcp://{advertise_host}:5557")
+    own = with_kv_events({"kv-events-config": {"topic": "mine"}, "prefix-caching-hash-algo": "xxhash"}, pod)
+    assert own["kv-events-config"]["topic"] == "mine" and own["prefix-caching-hash-algo"] == "xxhash"
