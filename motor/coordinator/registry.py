@@ -27,6 +27,8 @@ class Target:
     host: str
     port: int
     bootstrap_port: int | None
+    kv_events: str | None = None  # the engine's KV event PUB address (ZMQ), when it publishes
+    kv_events_replay: str | None = None  # its replay ROUTER address
     routable: bool = True
     host_header: bytes = field(default=b"", repr=False)
 
@@ -97,10 +99,14 @@ class InstanceRegistry:
                         host=endpoint.host,
                         port=endpoint.port,
                         bootstrap_port=endpoint.bootstrap_port,
+                        kv_events=endpoint.kv_events,
+                        kv_events_replay=endpoint.kv_events_replay,
                         routable=routable,
                     )
                 else:
                     target.bootstrap_port = endpoint.bootstrap_port
+                    target.kv_events = endpoint.kv_events
+                    target.kv_events_replay = endpoint.kv_events_replay
                     target.model_name = instance.model_name
                     target.routable = routable
                 targets[key] = target

@@ -58,7 +58,12 @@ def node_settings(spec: NodeManagerSpec, environ: Mapping[str, str] = os.environ
         host=host,
         port=spec.port,
         endpoint=Endpoint(
-            host=host, port=engine.port, status_port=engine.status_port, bootstrap_port=engine.bootstrap_port
+            host=host,
+            port=engine.port,
+            status_port=engine.status_port,
+            bootstrap_port=engine.bootstrap_port,
+            kv_events=engine.kv_events,
+            kv_events_replay=engine.kv_events_replay,
         ),
         controller_url=spec.controller_url.rstrip("/"),
         credential=credential,

@@ -19,6 +19,12 @@ class Endpoint(Message):
     bootstrap_port: int | None = Field(
         default=None, ge=1, le=65535, description="KV bootstrap port (concurrent)"
     )
+    kv_events: str | None = Field(
+        default=None, description="the ZMQ address a coordinator subscribes to for the engine's KV events"
+    )
+    kv_events_replay: str | None = Field(
+        default=None, description="the ZMQ address of the engine's KV event replay socket"
+    )
 
     @property
     def base_url(self) -> str:

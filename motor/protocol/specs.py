@@ -185,6 +185,10 @@ class EngineSpec(SpecModel):
     port: Port
     status_port: Port
     bootstrap_port: Port | None = Field(default=None, description="KV bootstrap endpoint (concurrent)")
+    kv_events: str | None = Field(
+        default=None, description="the ZMQ address coordinators subscribe to for the engine's KV events"
+    )
+    kv_events_replay: str | None = Field(default=None, description="the engine's KV event replay address")
     log_path: str
     pid_path: str
 

@@ -99,6 +99,8 @@ def under_status_server(
         port=request.port,
         status_port=request.status_port,
         bootstrap_port=bootstrap_port,
+        kv_events=request.kv_events.connect if request.kv_events else None,
+        kv_events_replay=request.kv_events.replay_connect if request.kv_events else None,
         log_path=str(directory / ENGINE_LOG_FILE),
         pid_path=str(directory / ENGINE_PID_FILE),
     )

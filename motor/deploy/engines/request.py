@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from motor.config.topology import RoleSpec
+from motor.deploy.engines.kv_events import KvEventsPlacement
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,10 @@ class EngineLaunchRequest:
     # None: on the configured port (the transfer connector's kv_port, SGLang's disaggregation-bootstrap-port),
     # which suits one producer per host.
     bootstrap_port: int | None = None
-    store_lookup_ordinal: int = 0  # the instance's position on a shared host, added to store lookup ids
+    store_lookup_ordinal: int = 0
+    kv_events: KvEventsPlacement | None = (
+        None  # where the engine publishes its KV events (None: it does not)  # the instance's position on a shared host, added to store lookup ids
+    )
 
 
 class LaunchError(ValueError):

@@ -11,6 +11,7 @@ from typing import Any
 
 from motor.config.transfer import transfer_config_key
 from motor.deploy.engines.command import engine_argv, engine_options, store_config_file, under_status_server
+from motor.deploy.engines.kv_events import with_kv_events
 from motor.deploy.engines.registry import EngineType
 from motor.deploy.engines.request import EngineLaunchRequest, LaunchError
 from motor.kv.connectors import ConnectorSpec
@@ -57,6 +58,8 @@ def vllm_options(
             key = transfer_config_key(spec.engine_config)
             raise LaunchError(f"{spec.section_path}.engine_config.{key}", str(exc)) from None
         options["kv-transfer-config"] = filled
+    if request.kv_events is not None:
+        options = with_kv_events(options, request.kv_events)
     return options, transfer
 
 

@@ -4,16 +4,21 @@ command of its engine, and the ports of every role that the controller's registr
 from dataclasses import dataclass
 
 from motor.config.errors import ConfigError, ConfigIssue
+from motor.config.kv_events import KV_EVENTS_ROLES, kv_events_enabled
 from motor.config.ports import InstancePorts
 from motor.config.tls import node_manager_key
 from motor.config.topology import Role
 from motor.deploy.engines import EngineLaunchRequest, LaunchError, engine_spec, served_model_name
+from motor.deploy.engines.kv_events import local_placement, pod_placement
 from motor.deploy.plan.context import PlanContext, tls_files
 from motor.deploy.plan.credentials import INSTANCE_CREDENTIALS_SECRET
 from motor.deploy.plan.model import Component, SecretEnv, probes
 from motor.protocol.credentials import instance_credential_env, is_motor_credential
 from motor.protocol.credentials import is_credential_env as is_secret_name
 from motor.protocol.specs import EngineSpec, NodeManagerSpec, RolePorts, SecretRef, url_scheme
+
+KV_EVENTS_PORT = 5557  # pyMotor's publisher port
+KV_REPLAY_PORT = 5558
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,13 @@ def _node_manager(context: PlanContext, ports: InstancePorts) -> tuple[Component
         bootstrap_port, ordinal = None, 0
     run_dir = context.component_run_dir(ports.name)
     tls = tls_files(context.topology.tls.mgmt_of(node_manager_key(role_spec.role)))
+    placement = None
+    if kv_events_enabled(context.topology.user) and role_spec.role in KV_EVENTS_ROLES:
+        placement = (
+            pod_placement(context.spec_host, KV_EVENTS_PORT, KV_REPLAY_PORT)
+            if context.kubernetes and not context.shared_pod
+            else local_placement(run_dir)
+        )
     request = EngineLaunchRequest(
         role_spec,
         instance_id=ports.name,
@@ -69,6 +81,7 @@ def _node_manager(context: PlanContext, ports: InstancePorts) -> tuple[Component
         python=context.python,
         bootstrap_port=bootstrap_port,
         store_lookup_ordinal=ordinal,
+        kv_events=placement,
     )
     engine = _without_secret_values(engine_spec(request))
     credential = SecretRef(env=instance_credential_env(ports.name))
@@ -81,7 +94,16 @@ def _node_manager(context: PlanContext, ports: InstancePorts) -> tuple[Component
         argv=context.motor_argv(ports.name, "node_manager"),
         env=context.env(role_spec.env, {}, run_dir),
         secret_env=instance_secret,
-        ports={"nm": nm_port, "engine": engine_port, "engine-status": status_port},
+        ports={
+            "nm": nm_port,
+            "engine": engine_port,
+            "engine-status": status_port,
+            **(
+                {"kv-events": KV_EVENTS_PORT, "kv-replay": KV_REPLAY_PORT}
+                if placement and placement.connect.startswith("tcp")
+                else {}
+            ),
+        },
         probes=probes("nm", scheme=url_scheme(tls)),
         replicas=role_spec.pods_per_instance,
         accelerators=role_spec.accelerators_per_pod,

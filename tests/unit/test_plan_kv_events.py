@@ -1,0 +1,47 @@
+"""The plan gives prefill/union engines a KV event publisher when the coordinator routes on KV events."""
+
+import dataclasses
+import json
+
+from motor.deploy.plan import build_plan
+from tests.unit.test_plan import sim_topology
+
+
+def _kv_topology(deploy_mode: str = "local"):
+    topology = sim_topology(deploy_mode)
+    user = topology.user
+    coordinator = user.motor_coordinator_config
+    scheduler = coordinator.scheduler_config.model_copy(update={"scheduler_type": "kv_cache_affinity"})
+    coordinator = coordinator.model_copy(update={"scheduler_config": scheduler})
+    return dataclasses.replace(
+        topology, user=user.model_copy(update={"motor_coordinator_config": coordinator})
+    )
+
+
+def _engines(plan):
+    return {c.name: c for c in plan.components if c.kind == "node_manager"}
+
+
+def test_local_engines_publish_on_ipc_in_their_run_dir() -> None:
+    plan = build_plan(_kv_topology(), config_dir="/c", run_dir="/r", python="/venv/bin/python")
+    for name, component in _engines(plan).items():
+        engine = component.spec.engine
+        if component.role == "decode":
+            assert engine.kv_events is None and "--kv-events-config" not in engine.argv
+            continue
+        config = json.loads(engine.argv[engine.argv.index("--kv-events-config") + 1])
+        assert config["endpoint"] == f"ipc:///r/{name}/kv.ev" == engine.kv_events
+        assert config["replay_endpoint"] == f"ipc:///r/{name}/kv.rp" == engine.kv_events_replay
+        assert engine.argv[engine.argv.index("--prefix-caching-hash-algo") + 1] == "sha256"
+
+
+def test_kubernetes_engines_bind_tcp_with_container_ports() -> None:
+    plan = build_plan(_kv_topology("infer_service_set"), target="kubernetes")
+    publishers = [c for c in _engines(plan).values() if c.role != "decode"]
+    assert publishers
+    for component in publishers:
+        engine = component.spec.engine
+        config = json.loads(engine.argv[engine.argv.index("--kv-events-config") + 1])
+        assert config["endpoint"] == "tcp://*:5557" and config["replay_endpoint"] == "tcp://*:5558"
+        assert engine.kv_events == "tcp://{advertise_host}:5557"
+        assert component.ports["kv-events"] == 5557 and component.ports["kv-replay"] == 5558
