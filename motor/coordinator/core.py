@@ -13,10 +13,13 @@ from motor.coordinator.dispatch.observe import MetricsObserver
 from motor.coordinator.http.upstream import UpstreamPool
 from motor.coordinator.metrics import CoordinatorMetrics
 from motor.coordinator.registry import InstanceRegistry
+from motor.coordinator.kv_events.routing import KvRouting
+from motor.coordinator.scheduling.kv_affinity import KvAffinityWeights
 from motor.coordinator.scheduling.prefill_stats import StallPolicy
 from motor.coordinator.scheduling.scheduler import Scheduler
 from motor.coordinator.settings import CoordinatorSettings
 from motor.runtime.backoff import Backoff
+from motor.tokenize import load_prompt_tokenizer
 
 if TYPE_CHECKING:
     from motor.coordinator.dispatch.dispatch import Dispatch
@@ -44,6 +47,7 @@ class Core:
         self.retry_policy = Backoff(initial_s=exceptions.retry_delay, max_attempts=exceptions.max_retry + 1)
         self.registry = InstanceRegistry()
         scheduling = config.scheduler_config
+        self.kv = kv_routing(settings) if scheduling.scheduler_type == "kv_cache_affinity" else None
         self.scheduler = Scheduler(
             scheduling.scheduler_type,
             affinity_block_size=scheduling.affinity_block_size,
@@ -51,9 +55,13 @@ class Core:
             admission_max_prefill_tokens=scheduling.admission_max_prefill_tokens,
             admission_max_decode_requests=scheduling.admission_max_decode_requests,
             stall_policy=StallPolicy(scheduling.stall_degraded_after, scheduling.stall_recovery_half_life),
+            kv_locator=self.kv.locator if self.kv is not None else None,
+            kv_weights=KvAffinityWeights(**scheduling.kv_affinity.model_dump()),
         )
         self.scheduler.health_changed = self.observer.health_changed
         self.registry.subscribe(self.scheduler.set_targets)
+        if self.kv is not None:
+            self.registry.subscribe(self.kv.subscriber.set_targets)
         self.callbacks = CallbackRegistry()
         self.auth = ApiKeyVerifier(config.api_key_config) if config.api_key_config.enable_api_key else None
         rate = config.rate_limit_config
@@ -98,6 +106,8 @@ class Core:
         for dispatch in list(self.active):
             dispatch.expire("shutdown")
         self.pool.close()
+        if self.kv is not None:
+            await self.kv.close()
 
     def models(self) -> frozenset[str]:
         if self._models_version != self.registry.version:
@@ -123,3 +133,15 @@ class Core:
                 kind = dispatch.expiry(now, loop_now, write_timeout)
                 if kind is not None:
                     dispatch.expire(kind)
+
+
+def kv_routing(settings: CoordinatorSettings) -> KvRouting:
+    spec = settings.kv_index
+    if spec is None:
+        raise ValueError("scheduler_type kv_cache_affinity needs the engines' block hashing (the spec's kv_index)")
+    return KvRouting.create(
+        block_size=spec.block_size,
+        hash_algorithm=spec.hash_algorithm,
+        hash_seed=spec.hash_seed,
+        tokenizer=load_prompt_tokenizer(spec.engine_type, spec.model_path),
+    )

@@ -10,7 +10,7 @@ from motor.config.models import CoordinatorConfig
 from motor.kv.connectors import DispatchProfile
 from motor.protocol.engine import engine_owned_by
 from motor.protocol.instances import InstanceRole
-from motor.protocol.specs import CoordinatorSpec, TlsFiles
+from motor.protocol.specs import CoordinatorSpec, KvIndexSpec, TlsFiles
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class CoordinatorSettings:
     controller_token: str | None  # POST /instances/refresh requires it as a bearer token (unset: refused)
     infer_tls: TlsFiles | None = None
     mgmt_tls: TlsFiles | None = None
+    kv_index: KvIndexSpec | None = None  # kv_cache_affinity: how the engines hash blocks, where their tokenizer is
 
     @classmethod
     def from_spec(
@@ -57,4 +58,5 @@ class CoordinatorSettings:
             controller_token=spec.controller_token.resolve(environ) or None,
             infer_tls=spec.infer_tls,
             mgmt_tls=spec.mgmt_tls,
+            kv_index=spec.kv_index,
         )

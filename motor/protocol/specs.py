@@ -147,6 +147,17 @@ class ControllerSpec(ComponentSpec):
     standby: StandbySpec | None = None
 
 
+class KvIndexSpec(SpecModel):
+    """How the prefill/union engines hash their prefix-cache blocks, and where their tokenizer is: what the
+    coordinator's kv_cache_affinity needs to compute the same block hashes (motor.kv.block_hashes)."""
+
+    block_size: int = Field(ge=1)
+    hash_algorithm: str
+    hash_seed: str | None = Field(default=None, description="the engines' PYTHONHASHSEED; None: vLLM's fixed seed")
+    engine_type: str
+    model_path: str | None = None
+
+
 class CoordinatorSpec(ComponentSpec):
     kind: Literal["coordinator"] = "coordinator"
     config: CoordinatorConfig
@@ -165,6 +176,7 @@ class CoordinatorSpec(ComponentSpec):
     infer_tls: TlsFiles | None = None
     mgmt_tls: TlsFiles | None = None
     standby: StandbySpec | None = None
+    kv_index: KvIndexSpec | None = None
 
 
 class EngineSpec(SpecModel):

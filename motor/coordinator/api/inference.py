@@ -155,6 +155,8 @@ class InferenceApp:
             limits = core.config.request_limit
             raw = await read_body(scope, receive, limits.max_body_bytes, limits.body_read_timeout)
             request = parse_request(api, raw, core.models(), core.config.input_config)
+            if core.kv is not None:
+                await core.kv.prepare(request.body, api, request.demand)
             dispatch = Dispatch(core.dispatch_context, request, request_id, client_rid)
             status = await self._serve(dispatch, scope, send)
         except HttpError as error:

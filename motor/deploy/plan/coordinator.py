@@ -1,6 +1,8 @@
 """The coordinator (`kind="coordinator"`), or its standby pair: the resolved dispatch profile, the roles that
 make it ready, the served model names, and its two ports (inference, management)."""
 
+from motor.config.compat import engine_option
+from motor.config.kv_events import DEFAULT_HASH_ALGORITHM, KV_EVENTS_ROLES, kv_events_enabled
 from motor.config.models import CoordinatorConfig, EtcdEndpointConfig
 from motor.config.ports import coordinator_probe_port
 from motor.config.topology import Role, RoleSpec, Topology
@@ -9,7 +11,7 @@ from motor.deploy.plan.model import ALL_INTERFACES, COORDINATOR, Component, prob
 from motor.deploy.plan.standby import standby_spec, with_standby
 from motor.kv.connectors import DispatchProfile
 from motor.protocol import env as env_names
-from motor.protocol.specs import CoordinatorSpec, EtcdSpec, SecretRef, url_scheme
+from motor.protocol.specs import CoordinatorSpec, EtcdSpec, KvIndexSpec, SecretRef, url_scheme
 
 
 def compile_coordinator(context: PlanContext) -> tuple[Component, ...]:
@@ -49,6 +51,7 @@ def compile_coordinator(context: PlanContext) -> tuple[Component, ...]:
             api_keys=SecretRef(env=env_names.API_KEYS) if coordinator.api_key_config.enable_api_key else None,
             infer_tls=context.infer_tls,
             mgmt_tls=context.coordinator_tls,
+            kv_index=kv_index_spec(topology),
         ),
     )
     standby = standby_spec(
@@ -58,6 +61,28 @@ def compile_coordinator(context: PlanContext) -> tuple[Component, ...]:
         coordinator_probe_port(topology.user),
     )
     return with_standby(context, component, standby)
+
+
+DEFAULT_BLOCK_SIZE = 16  # vLLM 0.32's CPU backend and the simulator
+
+
+def kv_index_spec(topology: Topology) -> KvIndexSpec | None:
+    """How the first KV-event publishing role hashes its blocks (the config check requires them all to agree)."""
+    if not kv_events_enabled(topology.user):
+        return None
+    publishers = [spec for role, spec in topology.roles.items() if role in KV_EVENTS_ROLES]
+    if not publishers:
+        return None
+    spec = publishers[0]
+    config = spec.engine_config
+    model = engine_option(config, "model")
+    return KvIndexSpec(
+        block_size=int(engine_option(config, "block_size") or DEFAULT_BLOCK_SIZE),
+        hash_algorithm=str(engine_option(config, "prefix_caching_hash_algo") or DEFAULT_HASH_ALGORITHM),
+        hash_seed=spec.env.get("PYTHONHASHSEED"),
+        engine_type=spec.engine_type,
+        model_path=str(model) if model is not None and spec.engine_type != "sim" else None,
+    )
 
 
 def _lock_etcd_spec(etcd: EtcdEndpointConfig) -> EtcdSpec:
