@@ -9,37 +9,29 @@ per token never share blocks. Like vLLM's prefix cache and store connectors, onl
 import hashlib
 import struct
 import zlib
-from array import array
 from collections.abc import Sequence
 
-KEY_PREFIX = "motor-sim"
+from motor.kv.pool_keys import SIM_KEY_PREFIX as KEY_PREFIX
+from motor.kv.pool_keys import shareable_block_count
+from motor.kv.pool_keys import sim_block_hashes as block_hashes
+from motor.kv.pool_keys import sim_block_key as block_key
+from motor.kv.pool_keys import sim_chain_hash as chain_hash
+from motor.kv.pool_keys import sim_root_hash as root_hash
+
+__all__ = [
+    "KEY_PREFIX",
+    "block_hashes",
+    "block_key",
+    "chain_hash",
+    "compute_kv",
+    "context_digest",
+    "kv_digest",
+    "root_hash",
+    "shareable_block_count",
+    "transfer_key",
+]
+
 _PATTERN_BYTES = 1024
-
-
-def root_hash(model: str, block_size: int, kv_bytes_per_token: int) -> bytes:
-    return hashlib.blake2b(f"{model}|{block_size}|{kv_bytes_per_token}".encode(), digest_size=16).digest()
-
-
-def chain_hash(parent: bytes, token_ids: Sequence[int]) -> bytes:
-    return hashlib.blake2b(parent + array("I", token_ids).tobytes(), digest_size=16).digest()
-
-
-def shareable_block_count(num_prompt_tokens: int, block_size: int) -> int:
-    return max(num_prompt_tokens - 1, 0) // block_size
-
-
-def block_hashes(token_ids: Sequence[int], block_size: int, root: bytes) -> list[bytes]:
-    """Chained hashes of the shareable full blocks of a prompt."""
-    hashes = []
-    parent = root
-    for index in range(shareable_block_count(len(token_ids), block_size)):
-        parent = chain_hash(parent, token_ids[index * block_size : (index + 1) * block_size])
-        hashes.append(parent)
-    return hashes
-
-
-def block_key(model: str, block_hash: bytes) -> str:
-    return f"{KEY_PREFIX}/{model}/kv/{block_hash.hex()}"
 
 
 def transfer_key(model: str, transfer_id: str) -> str:
