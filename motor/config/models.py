@@ -275,9 +275,9 @@ class SchedulerConfig(Section):
         default=None,
         description="pyMotor's name for the dispatch style; checked against the resolved profile",
     )
-    scheduler_type: Literal["round_robin", "load_balance", "prefix_affinity", "pd_aware", "kv_cache_affinity"] = (
-        "load_balance"
-    )
+    scheduler_type: Literal[
+        "round_robin", "load_balance", "prefix_affinity", "pd_aware", "kv_cache_affinity"
+    ] = "load_balance"
     affinity_block_size: Annotated[int, Strict(), Field(ge=1)] = 128
     affinity_max_load_ratio: Annotated[float, Strict(), Field(ge=1.0)] = 2.0
     admission_max_prefill_tokens: Annotated[int, Strict(), Field(ge=1)] = 16384

@@ -191,8 +191,8 @@ _implemented(
 _warned(
     "",
     "kv_conductor_config",
-    "checked, then reported: motor deploys no KV conductor; prefix-aware routing is scheduler_type "
-    "prefix_affinity (kv_cache_affinity)",
+    "checked, then reported: motor deploys no KV conductor; KV-aware routing is scheduler_type "
+    "kv_cache_affinity (each coordinator worker indexes the engines' KV events itself)",
 )
 _warned_section(
     "motor_engine_encode_config",
@@ -400,7 +400,7 @@ _warned_section(
     "conductor_service http_server_port query_encoding store_backend block_size engine_type model_path "
     "pool_endpoint npu_endpoint xpu_endpoint cpu_endpoint disk_endpoint endpoint replay_endpoint "
     "re_register_interval_sec",
-    "motor deploys no KV conductor; prefix-aware routing is scheduler_type prefix_affinity",
+    "motor deploys no KV conductor: each coordinator worker indexes the engines' KV events itself (scheduler_type kv_cache_affinity)",
 )
 _X = f"{_K}.exception_config"
 _implemented(_X, "max_retry retry_delay first_token_timeout infer_timeout")
@@ -556,7 +556,7 @@ for _event_section in ("prefill_kv_event_config", "kv_event_registration"):
         f"{_K}.{_event_section}",
         "conductor_service http_server_port query_encoding store_backend block_size endpoint replay_endpoint "
         "engine_type model_path pool_endpoint npu_endpoint cpu_endpoint disk_endpoint re_register_interval_sec",
-        "motor deploys no KV conductor; prefix-aware routing is scheduler_type prefix_affinity",
+        "motor deploys no KV conductor: each coordinator worker indexes the engines' KV events itself (scheduler_type kv_cache_affinity)",
     )
 for _precision_section in ("precision_detection_config", "token_sampling_config"):
     _warned_section(

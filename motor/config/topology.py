@@ -138,7 +138,7 @@ def build_topology(
     if user.kv_conductor_config is not None and user.kv_conductor_config.model_fields_set:
         warnings.append(
             "kv_conductor_config: pyMotor setting not implemented by motor; motor deploys no KV conductor, "
-            "prefix-aware routing is the coordinator's scheduler_type prefix_affinity"
+            "under scheduler_type kv_cache_affinity each coordinator worker indexes the engines' KV events itself"
         )
     if deploy.deploy_mode == "infer_service_set":
         warnings.append(

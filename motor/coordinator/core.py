@@ -11,9 +11,9 @@ from motor.coordinator.dispatch.callbacks import CallbackRegistry
 from motor.coordinator.dispatch.context import DispatchContext, DispatchLimits
 from motor.coordinator.dispatch.observe import MetricsObserver
 from motor.coordinator.http.upstream import UpstreamPool
+from motor.coordinator.kv_events.routing import KvRouting
 from motor.coordinator.metrics import CoordinatorMetrics
 from motor.coordinator.registry import InstanceRegistry
-from motor.coordinator.kv_events.routing import KvRouting
 from motor.coordinator.scheduling.kv_affinity import KvAffinityWeights
 from motor.coordinator.scheduling.prefill_stats import StallPolicy
 from motor.coordinator.scheduling.scheduler import Scheduler
@@ -138,7 +138,9 @@ class Core:
 def kv_routing(settings: CoordinatorSettings) -> KvRouting:
     spec = settings.kv_index
     if spec is None:
-        raise ValueError("scheduler_type kv_cache_affinity needs the engines' block hashing (the spec's kv_index)")
+        raise ValueError(
+            "scheduler_type kv_cache_affinity needs the engines' block hashing (the spec's kv_index)"
+        )
     return KvRouting.create(
         block_size=spec.block_size,
         hash_algorithm=spec.hash_algorithm,

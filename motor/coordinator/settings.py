@@ -30,7 +30,9 @@ class CoordinatorSettings:
     controller_token: str | None  # POST /instances/refresh requires it as a bearer token (unset: refused)
     infer_tls: TlsFiles | None = None
     mgmt_tls: TlsFiles | None = None
-    kv_index: KvIndexSpec | None = None  # kv_cache_affinity: how the engines hash blocks, where their tokenizer is
+    kv_index: KvIndexSpec | None = (
+        None  # kv_cache_affinity: how the engines hash blocks, where their tokenizer is
+    )
 
     @classmethod
     def from_spec(

@@ -153,7 +153,9 @@ class KvIndexSpec(SpecModel):
 
     block_size: int = Field(ge=1)
     hash_algorithm: str
-    hash_seed: str | None = Field(default=None, description="the engines' PYTHONHASHSEED; None: vLLM's fixed seed")
+    hash_seed: str | None = Field(
+        default=None, description="the engines' PYTHONHASHSEED; None: vLLM's fixed seed"
+    )
     engine_type: str
     model_path: str | None = None
 

@@ -30,7 +30,9 @@ class KvRouting:
         hasher = BlockHasher(block_size, hash_algorithm, DEFAULT_SEED if hash_seed is None else hash_seed)
         return cls(hasher, tokenizer)
 
-    async def prepare(self, body: dict[str, Any], api: Literal["chat", "completions"], demand: Demand) -> None:
+    async def prepare(
+        self, body: dict[str, Any], api: Literal["chat", "completions"], demand: Demand
+    ) -> None:
         if demand.prompt_token_ids is None:
             ids = self.tokenizer.prompt_ids(body, api)
             if ids is None:
