@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from motor.engine.sim.config import OWNED_BY
-from motor.engine.sim.tokenizer import EOS_ID, decode
+from motor.tokenize.sim_vocab import EOS_ID, decode
 from tests.fixtures.sim import SimEngine, StartSimEngine, expected_tokens, openai_body
 
 PROMPT = (

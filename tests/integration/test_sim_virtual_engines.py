@@ -9,7 +9,7 @@ import httpx
 
 from motor.engine.sim.capacity import CapacityModel
 from motor.engine.sim.cli import capacity_flags
-from motor.engine.sim.tokenizer import encode
+from motor.tokenize.sim_vocab import encode
 from tests.fixtures.pool import RunningPool
 from tests.fixtures.sim import (
     SIM_ADMIN,

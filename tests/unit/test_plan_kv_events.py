@@ -7,8 +7,15 @@ from motor.deploy.plan import build_plan
 from tests.unit.test_plan import sim_topology
 
 
-def _kv_topology(deploy_mode: str = "local"):
+def _kv_topology(deploy_mode: str = "local", engine_type: str = "vllm"):
     topology = sim_topology(deploy_mode)
+    roles = {
+        role: dataclasses.replace(
+            spec, engine_type=engine_type, engine_config={**spec.engine_config, "model": "/models/tiny"}
+        )
+        for role, spec in topology.roles.items()
+    }
+    topology = dataclasses.replace(topology, roles=roles)
     user = topology.user
     coordinator = user.motor_coordinator_config
     scheduler = coordinator.scheduler_config.model_copy(update={"scheduler_type": "kv_cache_affinity"})
@@ -45,3 +52,12 @@ def test_kubernetes_engines_bind_tcp_with_container_ports() -> None:
         assert config["endpoint"] == "tcp://*:5557" and config["replay_endpoint"] == "tcp://*:5558"
         assert engine.kv_events == "tcp://{advertise_host}:5557"
         assert component.ports["kv-events"] == 5557 and component.ports["kv-replay"] == 5558
+
+
+def test_simulated_engines_get_no_publisher_flags() -> None:
+    plan = build_plan(
+        _kv_topology(engine_type="sim"), config_dir="/c", run_dir="/r", python="/venv/bin/python"
+    )
+    for component in _engines(plan).values():
+        assert component.spec.engine.kv_events is None
+        assert "--kv-events-config" not in component.spec.engine.argv

@@ -10,8 +10,8 @@ from motor.engine.sim.engine import GenerationRequest, Sequence, SimEngine
 from motor.engine.sim.errors import SimError
 from motor.engine.sim.faults import FaultInjector, Faults
 from motor.engine.sim.metrics import EngineMetrics
-from motor.engine.sim.tokenizer import EOS_ID
 from motor.engine.sim.transfer import TransferRequest
+from motor.tokenize.sim_vocab import EOS_ID
 from tests.fixtures.sim import expected_tokens
 
 PROMPT = list(range(100, 140))  # 40 tokens: 2 shareable blocks of 16, 8 computed every time

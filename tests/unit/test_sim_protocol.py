@@ -6,7 +6,7 @@ from motor.engine.sim.config import SimConfig
 from motor.engine.sim.engine import GenerationRequest, Sequence
 from motor.engine.sim.errors import SimError
 from motor.engine.sim.openai_protocol import ApiRequest, ChunkWriter, Endpoint, full_response, parse_request
-from motor.engine.sim.tokenizer import encode, render_chat
+from motor.tokenize.sim_vocab import encode, render_chat
 
 CONFIG = SimConfig(served_model_names=("tiny", "alias"), max_model_len=64)
 

@@ -1,5 +1,5 @@
 from motor.engine.sim.sampling import GREEDY_SEED, output_token, sampling_seed
-from motor.engine.sim.tokenizer import EOS_ID, IM_END_ID, IM_START_ID, VOCAB_SIZE
+from motor.tokenize.sim_vocab import EOS_ID, IM_END_ID, IM_START_ID, VOCAB_SIZE
 
 CONTEXT = bytes(16)
 

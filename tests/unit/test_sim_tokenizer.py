@@ -1,4 +1,4 @@
-from motor.engine.sim.tokenizer import (
+from motor.tokenize.sim_vocab import (
     EOS_ID,
     FIRST_WORD_ID,
     IM_END_ID,

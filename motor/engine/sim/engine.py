@@ -30,13 +30,13 @@ from motor.engine.sim.prefix_cache import HeldBlock, PrefixCache
 from motor.engine.sim.sampling import output_token
 from motor.engine.sim.step_loop import StepLoop
 from motor.engine.sim.step_scheduler import ScheduledSequence, StepScheduler
-from motor.engine.sim.tokenizer import EOS_ID
 from motor.engine.sim.transfer import (
     RemoteKvLocator,
     TransferRequest,
     prefill_result_params,
     transfer_manifest,
 )
+from motor.tokenize.sim_vocab import EOS_ID
 
 log = logging.getLogger(__name__)
 

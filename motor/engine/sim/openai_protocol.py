@@ -6,7 +6,7 @@ from typing import Any, Literal
 from motor.engine.sim.config import SimConfig
 from motor.engine.sim.engine import Sequence
 from motor.engine.sim.errors import SimError, bad_request
-from motor.engine.sim.tokenizer import VOCAB_SIZE, decode, decode_token, encode, render_chat
+from motor.tokenize.sim_vocab import VOCAB_SIZE, decode, decode_token, encode, render_chat
 
 Endpoint = Literal["completion", "chat"]
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1

@@ -7,7 +7,7 @@ seed, or the engine's `--seed` when the request has none.
 import hashlib
 import struct
 
-from motor.engine.sim.tokenizer import EOS_ID, FIRST_WORD_ID, VOCAB_SIZE
+from motor.tokenize.sim_vocab import EOS_ID, FIRST_WORD_ID, VOCAB_SIZE
 
 GREEDY_SEED = 0
 # Generated ids are EOS or ordinary words, never the chat-template markers.

@@ -1,0 +1,30 @@
+"""The token ids an engine will see for an OpenAI request body, computed in the coordinator (kv_cache_affinity
+hashes them into the engine's block hashes).
+
+- `SimPromptTokenizer`: the simulator's own vocabulary and ChatML rendering (`sim_vocab.py`), with the sim's rules
+  for which bodies it reads (tests compare the two);
+- `HfPromptTokenizer`: a model directory's Hugging Face tokenizer and chat template, through `transformers`
+  (the library vLLM renders chat prompts with): the template rendered to text with the request's `tools`,
+  `chat_template_kwargs`, `documents` and `add_generation_prompt`, then tokenized without special tokens, as vLLM
+  does for chat; completions prompts tokenized with the model's special tokens.
+A body the coordinator cannot reproduce exactly (several prompts, non-text content parts) gives None: the leg is
+then placed by load.
+"""
+
+from motor.tokenize.prompt import (
+    HfPromptTokenizer,
+    PromptTokenizer,
+    SimPromptTokenizer,
+    TokenizerUnavailable,
+    load_prompt_tokenizer,
+    tokenizer_problem,
+)
+
+__all__ = [
+    "HfPromptTokenizer",
+    "PromptTokenizer",
+    "SimPromptTokenizer",
+    "TokenizerUnavailable",
+    "load_prompt_tokenizer",
+    "tokenizer_problem",
+]
