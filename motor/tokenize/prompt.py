@@ -52,22 +52,31 @@ def _text_content(content: Any) -> str | None:
     return None
 
 
+def _text_messages(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The chat messages with their content as text; None when any message is not a role with text content."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return None
+    result = []
+    for message in messages:
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            return None
+        text = _text_content(message.get("content"))
+        if text is None:
+            return None
+        result.append({**message, "content": text})
+    return result
+
+
 class SimPromptTokenizer:
     def prompt_ids(self, body: dict[str, Any], api: Api) -> list[int] | None:
         if api == "completions":
             prompt = _single_prompt(body)
             return (encode(prompt) or None) if isinstance(prompt, str) else _ids(prompt, VOCAB_SIZE)
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
+        messages = _text_messages(body)
+        if messages is None:
             return None
-        pairs = []
-        for message in messages:
-            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-                return None
-            text = _text_content(message.get("content"))
-            if text is None:
-                return None
-            pairs.append((message["role"], text))
+        pairs = [(message["role"], message["content"]) for message in messages]
         add = body.get("add_generation_prompt", True) is not False
         return encode(render_chat(pairs, add_generation_prompt=add))
 
@@ -89,17 +98,9 @@ class HfPromptTokenizer:
             if isinstance(prompt, str):
                 return self.tokenizer.encode(prompt, add_special_tokens=True) or None
             return _ids(prompt, None)
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
+        conversation = _text_messages(body)
+        if conversation is None:
             return None
-        conversation = []
-        for message in messages:
-            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-                return None
-            text = _text_content(message.get("content"))
-            if text is None:
-                return None
-            conversation.append({**message, "content": text})
         kwargs = body.get("chat_template_kwargs") or {}
         if not isinstance(kwargs, dict):
             return None

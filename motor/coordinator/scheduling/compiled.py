@@ -15,7 +15,6 @@
 """
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
 
 from motor.coordinator.scheduling.demand import Demand
 from motor.coordinator.scheduling.filters import ExcludedFilter
@@ -117,15 +116,12 @@ class KvAffinityDecider(Decider):
         return _best(candidates, scorer.score(candidates, demand))
 
 
-def _best(candidates: Sequence[EndpointLoad], scores: Sequence[float]) -> EndpointLoad:
+_MAX_SCORE = MaxScorePicker()
+
+
+def _best(candidates: list[EndpointLoad], scores: list[float]) -> EndpointLoad:
     """The max-score picker's rule: the highest score, ties to the endpoint picked least recently."""
-    best = 0
-    for i in range(1, len(candidates)):
-        if scores[i] > scores[best] or (
-            scores[i] == scores[best] and candidates[i].last_pick < candidates[best].last_pick
-        ):
-            best = i
-    return candidates[best]
+    return _MAX_SCORE.pick(candidates, scores)
 
 
 class CursorDecider(Decider):
