@@ -158,9 +158,6 @@ class KvEventSubscriber:
             feed = self._feeds[address] = EndpointFeed(address, self.index, self._context, self.stats)
             feed.start()
 
-    def feeds(self) -> list[str]:
-        return sorted(address.key for address in self._feeds)
-
     async def close(self) -> None:
         feeds, self._feeds = list(self._feeds.values()), {}
         for feed in feeds:
