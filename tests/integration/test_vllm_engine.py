@@ -8,6 +8,7 @@ Needs the `vllm` extra (scripts/setup_dev.sh): skipped without it, failed in CI 
 import copy
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -40,6 +41,7 @@ EXAMPLE = REPO / "examples" / "local"
 STARTUP_TIMEOUT_S = 300.0
 REQUEST_TIMEOUT_S = 120.0
 ENGINE_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONHASHSEED": "0"}
+FAILURE_LINE = re.compile(r"Error|Exception|Traceback|failed|Failed|FAILED|refused|in use")
 GREEDY = {"model": "tiny", "temperature": 0, "ignore_eos": True, "return_token_ids": True}
 
 
@@ -82,9 +84,11 @@ class Engine:
             if status == "normal":
                 return seen
             if self.process.poll() is not None:
-                pytest.fail(f"engine server exited with {self.process.returncode}:\n{self.log_tail()}")
+                pytest.fail(f"engine server exited with {self.process.returncode}: {self.failure_report()}")
             time.sleep(0.5)
-        pytest.fail(f"engine not normal within {STARTUP_TIMEOUT_S:.0f} s (seen {seen}):\n{self.log_tail()}")
+        pytest.fail(
+            f"engine not normal within {STARTUP_TIMEOUT_S:.0f} s (seen {seen}): {self.failure_report()}"
+        )
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         response = httpx.post(f"{self.url}/v1/completions", json=body, timeout=REQUEST_TIMEOUT_S)
@@ -116,6 +120,19 @@ class Engine:
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def failure_report(self) -> str:
+        """The log's first error lines on the message's first line (the one pytest's summary shows), then all
+        error lines and the log's tail."""
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        errors = [line.strip() for line in lines if FAILURE_LINE.search(line)]
+        return (
+            " | ".join(errors[:3])
+            + "\nerror lines:\n"
+            + "\n".join(errors[:30])
+            + "\n--- log tail:\n"
+            + ("\n".join(lines[-40:]))
+        )
 
 
 @pytest.fixture
