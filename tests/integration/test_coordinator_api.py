@@ -5,6 +5,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -382,10 +383,15 @@ async def test_workers_share_the_port_the_instance_set_and_the_limits(
 async def test_a_client_that_stops_reading_is_cut_off_after_write_timeout(
     coordinators: StartCoordinator, sim_engines: StartSimEngine
 ) -> None:
-    engine = sim_engines(kv_role="kv_both", extra_args=["--max-model-len", "40000"])
+    # 0.25 ms a token keeps the leg open for 25 s, and the coordinator's sends block after a few seconds, once
+    # the sockets' buffers are full (with no inter-token latency the whole answer could fit in them)
+    engine = sim_engines(kv_role="kv_both", extra_args=["--max-model-len", "120000", "--itl-ms", "0.25"])
     coordinator = aggregated(coordinators, engine, timeout_config={"write_timeout": 1})
-    request = json.dumps(completion(stream=True, max_tokens=30000, ignore_eos=True)).encode()
-    _, writer = await asyncio.open_connection("127.0.0.1", coordinator.infer_port)
+    request = json.dumps(completion(stream=True, max_tokens=100000, ignore_eos=True)).encode()
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.connect(("127.0.0.1", coordinator.infer_port))
+    _, writer = await asyncio.open_connection(sock=client)
     writer.write(
         b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
         b"content-length: %d\r\n\r\n%b" % (len(request), request)
