@@ -13,9 +13,10 @@ from pydantic import ValidationError
 
 from motor.config.transfer import KvTransferConfig
 from motor.engine.sim.capacity import CapacityModel, blocks_for
-from motor.engine.sim.config import SimConfig
+from motor.engine.sim.config import KvEventsConfig, SimConfig
 from motor.engine.sim.faults import Faults
 from motor.engine.sim.latency import LatencyModel
+from motor.kv.block_hashes import ALGORITHMS, DEFAULT_ALGORITHM, DEFAULT_SEED
 from motor.protocol import env as env_names
 
 
@@ -162,6 +163,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a decode waits for a prefill's KV (callback answer or transfer manifest)",
     )
     kv.add_argument(
+        "--kv-events-config",
+        type=_json_object,
+        default=None,
+        help='vLLM\'s shape, e.g. {"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": '
+        '"ipc:///tmp/kv.ev", "replay_endpoint": "ipc:///tmp/kv.rp", "topic": "kv-events"}: the prefix cache\'s '
+        "changes published as vLLM's KV events",
+    )
+    kv.add_argument(
+        "--prefix-caching-hash-algo",
+        choices=sorted(ALGORITHMS),
+        default=DEFAULT_ALGORITHM,
+        help="the hash of the published block hashes, as vLLM's (seeded by $PYTHONHASHSEED when set)",
+    )
+    kv.add_argument(
         "--store-config",
         default=None,
         help=f"Mooncake store config JSON (default: ${env_names.STORE_CONFIG_PATH}); without one there is no pool",
@@ -231,6 +246,12 @@ def parse_config(argv: Sequence[str] | None = None, *, environ: dict[str, str] |
             transfer = KvTransferConfig.model_validate(args.kv_transfer_config)
         except ValidationError as exc:
             parser.error(f"argument --kv-transfer-config: {_first_error(exc)}")
+    kv_events = None
+    if args.kv_events_config is not None:
+        try:
+            kv_events = KvEventsConfig.model_validate(args.kv_events_config)
+        except ValidationError as exc:
+            parser.error(f"argument --kv-events-config: {_first_error(exc)}")
     engine_id = args.engine_id or transfer.engine_id or ""
     served = tuple(args.served_model_name or [args.model])
     capacity = _capacity_model(parser, args)
@@ -276,6 +297,9 @@ def parse_config(argv: Sequence[str] | None = None, *, environ: dict[str, str] |
         ),
         log_level=args.log_level,
         virtual_engines=args.virtual_engines,
+        kv_events=kv_events,
+        prefix_caching_hash_algo=args.prefix_caching_hash_algo,
+        hash_seed=env.get("PYTHONHASHSEED", DEFAULT_SEED),
     )
 
 

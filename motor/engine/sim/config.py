@@ -1,14 +1,58 @@
 """The simulator's settings, as parsed from its command line."""
 
 from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from motor.config.transfer import KvRole
 from motor.engine.sim.capacity import CapacityModel
 from motor.engine.sim.faults import Faults
 from motor.engine.sim.latency import LatencyModel
+from motor.kv.block_hashes import DEFAULT_ALGORITHM, DEFAULT_SEED
 from motor.protocol.engine import SIM_OWNED_BY
 
 OWNED_BY = SIM_OWNED_BY
+
+
+class KvEventsConfig(BaseModel):
+    """vLLM 0.32's KVEventsConfig fields; anything else is refused, as vLLM refuses it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enable_kv_cache_events: bool = False
+    publisher: Literal["null", "zmq"] | None = None
+    endpoint: str = "tcp://*:5557"
+    replay_endpoint: str | None = None
+    buffer_steps: int = Field(default=10_000, ge=1)
+    hwm: int = Field(default=100_000, ge=0)
+    max_queue_size: int = Field(default=100_000, ge=1)
+    topic: str = ""
+
+    @property
+    def publishes(self) -> bool:
+        publisher = self.publisher or ("zmq" if self.enable_kv_cache_events else "null")
+        return self.enable_kv_cache_events and publisher == "zmq"
+
+    def for_engine(self, index: int) -> "KvEventsConfig":
+        """The endpoints of virtual engine `index` (vLLM's data-parallel offset for tcp; a suffix for ipc)."""
+        if index == 0:
+            return self
+        return self.model_copy(
+            update={
+                "endpoint": _offset(self.endpoint, index),
+                "replay_endpoint": None
+                if self.replay_endpoint is None
+                else _offset(self.replay_endpoint, index),
+            }
+        )
+
+
+def _offset(endpoint: str, index: int) -> str:
+    if endpoint.startswith("tcp://"):
+        base, _, port = endpoint.rpartition(":")
+        return endpoint if port == "0" else f"{base}:{int(port) + index}"
+    return f"{endpoint}_dp{index}"
 
 
 @dataclass(frozen=True)
@@ -35,6 +79,9 @@ class SimConfig:
     log_level: str = "info"
     virtual_engines: int = 1
     engine_index: int = 0  # which of the process's virtual engines this is (its metrics' `engine` label)
+    kv_events: KvEventsConfig | None = None  # None or not publishing: no KV events
+    prefix_caching_hash_algo: str = DEFAULT_ALGORITHM
+    hash_seed: str = DEFAULT_SEED  # vLLM's: the engine's PYTHONHASHSEED when set
 
     def bound_to(self, port: int) -> "SimConfig":
         """The config of the engine listening on `port` (the one the kernel chose for --port 0)."""
@@ -44,7 +91,8 @@ class SimConfig:
         """The config of virtual engine `index` on `port`: its engine id is `<--engine-id>-<index>`, or named
         after its address when no id was given."""
         engine_id = f"{self.engine_id}-{index}" if self.engine_id else f"sim-{self.host}-{port}"
-        return replace(self, port=port, engine_id=engine_id, engine_index=index)
+        kv_events = None if self.kv_events is None else self.kv_events.for_engine(index)
+        return replace(self, port=port, engine_id=engine_id, engine_index=index, kv_events=kv_events)
 
     @property
     def model_name(self) -> str:

@@ -23,6 +23,7 @@ from motor.engine.sim.kv_blocks import (
     root_hash,
     transfer_key,
 )
+from motor.engine.sim.kv_events import PrefixCacheEvents
 from motor.engine.sim.kv_pool import KvPool
 from motor.engine.sim.latency import LatencyModel
 from motor.engine.sim.metrics import EngineMetrics
@@ -75,9 +76,17 @@ class _PromptKv:
 
 class SimEngine:
     def __init__(
-        self, config: SimConfig, *, pool: KvPool | None, faults: FaultInjector, metrics: EngineMetrics
+        self,
+        config: SimConfig,
+        *,
+        pool: KvPool | None,
+        faults: FaultInjector,
+        metrics: EngineMetrics,
+        kv_events: PrefixCacheEvents | None = None,
     ) -> None:
+        """`kv_events`: where the prefix cache's changes are published (--kv-events-config), if anywhere."""
         self._config = config
+        self._kv_events = kv_events
         self._pool = pool
         self._faults = faults
         self._metrics = metrics
@@ -137,6 +146,8 @@ class SimEngine:
         if self._steps is not None:
             await self._steps.close()
         await self._locator.close()
+        if self._kv_events is not None:
+            await self._kv_events.close()
 
     def generate(self, seq: Sequence) -> AsyncIterator[tuple[int, str | None]]:
         """Yield (token id, finish reason or None) per output token. Close the generator to abort."""
@@ -290,8 +301,15 @@ class SimEngine:
 
     async def _publish_prompt_kv(self, seq: Sequence, hashes: list[bytes], prompt_kv: _PromptKv) -> None:
         """The prompt's blocks are computed: keep them in the prefix cache and share them through the pool."""
-        for block_hash, block in zip(hashes, prompt_kv.blocks, strict=True):
-            self._prefix_cache.insert(block_hash, block)
+        cache = self._prefix_cache
+        stored: list[int] = []
+        evicted: list[bytes] = []
+        for index, (block_hash, block) in enumerate(zip(hashes, prompt_kv.blocks, strict=True)):
+            if block_hash not in cache:
+                stored.append(index)
+            evicted += cache.insert(block_hash, block)
+        if self._kv_events is not None and cache.capacity > 0:
+            self._kv_events.changed(seq.request.prompt_token_ids, hashes, stored, evicted)
         await self._share_kv(seq, hashes, prompt_kv)
 
     def _count_prompt(self, seq: Sequence, prompt_kv: _PromptKv) -> None:

@@ -19,6 +19,13 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._blocks)
 
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    def __contains__(self, block_hash: bytes) -> bool:
+        return block_hash in self._blocks
+
     def longest_prefix(self, hashes: Sequence[bytes]) -> list[HeldBlock]:
         found = []
         for block_hash in hashes:
@@ -29,10 +36,13 @@ class PrefixCache:
             found.append(block)
         return found
 
-    def insert(self, block_hash: bytes, block: HeldBlock) -> None:
+    def insert(self, block_hash: bytes, block: HeldBlock) -> list[bytes]:
+        """Keep a block (most recently used); returns the hashes of the blocks evicted to make room."""
         if self._capacity <= 0:
-            return
+            return []
         self._blocks[block_hash] = block
         self._blocks.move_to_end(block_hash)
+        evicted = []
         while len(self._blocks) > self._capacity:
-            self._blocks.popitem(last=False)
+            evicted.append(self._blocks.popitem(last=False)[0])
+        return evicted

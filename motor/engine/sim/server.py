@@ -16,9 +16,11 @@ from motor.engine.sim.cli import parse_config
 from motor.engine.sim.config import SimConfig
 from motor.engine.sim.engine import SimEngine
 from motor.engine.sim.faults import FaultInjector
+from motor.engine.sim.kv_events import KvEventPublisher, PrefixCacheEvents
 from motor.engine.sim.kv_pool import KvPool, StoreLink
 from motor.engine.sim.metrics import EngineMetrics
 from motor.engine.sim.virtual import VirtualEngines
+from motor.kv.block_hashes import BlockHasher
 from motor.kvstore.config import load_store_config
 from motor.kvstore.errors import StoreError
 
@@ -98,13 +100,22 @@ def _listen_all(config: SimConfig) -> list[socket.socket]:
     return listeners
 
 
+def _kv_events(config: SimConfig) -> PrefixCacheEvents | None:
+    if config.kv_events is None or not config.kv_events.publishes:
+        return None
+    publisher = KvEventPublisher(config.kv_events)
+    log.info("KV events on %s (replay %s)", config.kv_events.endpoint, config.kv_events.replay_endpoint)
+    hasher = BlockHasher(config.block_size, config.prefix_caching_hash_algo, config.hash_seed)
+    return PrefixCacheEvents(publisher, hasher)
+
+
 def _engine_app(config: SimConfig, link: StoreLink | None, executor: ThreadPoolExecutor | None) -> SimApp:
     metrics = EngineMetrics()
     faults = FaultInjector(config.faults, seed=config.seed, on_crash=_crash)
     pool = None
     if link is not None and executor is not None:
         pool = KvPool(link, executor=executor, faults=faults, metrics=metrics)
-    engine = SimEngine(config, pool=pool, faults=faults, metrics=metrics)
+    engine = SimEngine(config, pool=pool, faults=faults, metrics=metrics, kv_events=_kv_events(config))
     return SimApp(
         config,
         engine=engine,
@@ -144,7 +155,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     executor = None
     if link is not None:
         executor = ThreadPoolExecutor(max_workers=_STORE_THREADS, thread_name_prefix="sim-store")
-    apps = {engine.port: _engine_app(engine, link, executor) for engine in configs}
+    try:
+        apps = {engine.port: _engine_app(engine, link, executor) for engine in configs}
+    except OSError as exc:
+        log.error("%s", exc)
+        for listener in listeners:
+            listener.close()
+        if link is not None:
+            link.close()
+        return 1
     app = apps[ports[0]] if len(apps) == 1 else VirtualEngines(apps)
     server = uvicorn.Server(
         uvicorn.Config(
