@@ -4,6 +4,7 @@ import dataclasses
 import json
 
 from motor.deploy.plan import build_plan
+from motor.engine.sim.cli import parse_config
 from tests.unit.test_plan import sim_topology
 
 
@@ -54,10 +55,18 @@ def test_kubernetes_engines_bind_tcp_with_container_ports() -> None:
         assert component.ports["kv-events"] == 5557 and component.ports["kv-replay"] == 5558
 
 
-def test_simulated_engines_get_no_publisher_flags() -> None:
+def test_simulated_engines_publish_too_and_their_command_line_parses() -> None:
     plan = build_plan(
         _kv_topology(engine_type="sim"), config_dir="/c", run_dir="/r", python="/venv/bin/python"
     )
-    for component in _engines(plan).values():
-        assert component.spec.engine.kv_events is None
-        assert "--kv-events-config" not in component.spec.engine.argv
+    publishers = [c for c in _engines(plan).values() if c.role != "decode"]
+    assert publishers
+    for component in publishers:
+        engine = component.spec.engine
+        sim_argv = engine.argv[engine.argv.index("motor.engine.sim") + 1 :]
+        config = parse_config(sim_argv, environ={"PYTHONHASHSEED": "7"})
+        assert config.kv_events is not None and config.kv_events.publishes
+        assert config.kv_events.endpoint == engine.kv_events
+        assert config.kv_events.replay_endpoint == engine.kv_events_replay
+        assert config.kv_events.topic == "kv-events"
+        assert (config.prefix_caching_hash_algo, config.hash_seed) == ("sha256", "7")

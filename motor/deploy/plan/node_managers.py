@@ -64,9 +64,7 @@ def _node_manager(context: PlanContext, ports: InstancePorts) -> tuple[Component
     run_dir = context.component_run_dir(ports.name)
     tls = tls_files(context.topology.tls.mgmt_of(node_manager_key(role_spec.role)))
     placement = None
-    # The simulator does not publish KV events yet: its legs are placed by load (kv_cache_affinity's fallback).
-    publishes = role_spec.engine_type == "vllm"
-    if kv_events_enabled(context.topology.user) and role_spec.role in KV_EVENTS_ROLES and publishes:
+    if kv_events_enabled(context.topology.user) and role_spec.role in KV_EVENTS_ROLES:
         placement = (
             pod_placement(context.spec_host, KV_EVENTS_PORT, KV_REPLAY_PORT)
             if context.kubernetes and not context.shared_pod
