@@ -70,3 +70,17 @@ def test_simulated_engines_publish_too_and_their_command_line_parses() -> None:
         assert config.kv_events.replay_endpoint == engine.kv_events_replay
         assert config.kv_events.topic == "kv-events"
         assert (config.prefix_caching_hash_algo, config.hash_seed) == ("sha256", "7")
+
+
+def test_a_run_dir_too_long_for_a_unix_socket_moves_the_sockets_to_short_distinct_paths() -> None:
+    run_dir = "/tmp/" + "deep/" * 20
+    plan = build_plan(_kv_topology(), config_dir="/c", run_dir=run_dir, python="/venv/bin/python")
+    endpoints = [
+        address
+        for component in _engines(plan).values()
+        if component.role != "decode"
+        for address in (component.spec.engine.kv_events, component.spec.engine.kv_events_replay)
+    ]
+    assert endpoints and len(set(endpoints)) == len(endpoints)
+    for address in endpoints:
+        assert address.startswith("ipc:///tmp/motor-kv-") and len(address.removeprefix("ipc://")) <= 107

@@ -1,10 +1,11 @@
 """The engine's `kv-events-config` (vLLM's KV event publisher) and the addresses coordinators connect to.
 
 vLLM 0.32 binds its PUB socket only for `*`, `::` or ipc:// endpoints (else it connects) and always binds the
-replay ROUTER. Locally: ipc:// sockets in the instance's run directory (only local processes reach them); on
-Kubernetes: `tcp://*:<port>`, reached at the pod IP. An operator's own kv-events-config keeps its endpoint and
+replay ROUTER. Locally: ipc:// sockets in the instance's run directory, or in /tmp when that path is too long for a
+unix socket (only local processes reach them); on Kubernetes: `tcp://*:<port>`, reached at the pod IP. An operator's own kv-events-config keeps its endpoint and
 topic (pyMotor's meaning); motor fills only what is missing."""
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,9 +20,17 @@ class KvEventsPlacement:
     replay_connect: str
 
 
+# sizeof(sockaddr_un.sun_path) on Linux less the terminating NUL: ZMQ refuses longer ipc:// paths
+IPC_PATH_MAX_BYTES = 107
+
+
 def local_placement(run_dir: str) -> KvEventsPlacement:
-    """ipc sockets in the instance's run directory (keep it short: ipc paths are limited to ~107 bytes)."""
-    events, replay = f"ipc://{run_dir}/kv.ev", f"ipc://{run_dir}/kv.rp"
+    """ipc sockets in the instance's run directory; when its path is too long for a unix socket address, in
+    /tmp under a name derived from it (one per run directory, so instances and jobs never share one)."""
+    base = f"{run_dir}/kv"
+    if len(f"{base}.ev".encode()) > IPC_PATH_MAX_BYTES:
+        base = f"/tmp/motor-kv-{hashlib.sha256(run_dir.encode()).hexdigest()[:20]}"
+    events, replay = f"ipc://{base}.ev", f"ipc://{base}.rp"
     return KvEventsPlacement(events, replay, events, replay)
 
 
