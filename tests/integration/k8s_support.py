@@ -6,6 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.fixtures.control import as_union
+
 REPO = Path(__file__).resolve().parents[2]
 SEED_DIR = REPO / "examples" / "infer_engines" / "vllm"
 
@@ -68,19 +70,8 @@ def sim_user_config(
 
 
 def sim_union_config(deploy_mode: str = "multi_deployment", instances: int = 2) -> dict[str, Any]:
-    user = sim_user_config(deploy_mode, pool=False)
-    deploy = user["motor_deploy_config"]
-    for key in (
-        "p_instances_num",
-        "d_instances_num",
-        "single_p_instance_pod_num",
-        "single_d_instance_pod_num",
-    ):
-        del deploy[key]
-    deploy.update(hybrid_instances_num=instances, single_hybrid_instance_pod_num=1)
-    user["motor_engine_union_config"] = {"engine_type": "sim", "engine_config": {"served_model_name": "sim"}}
-    del user["motor_engine_prefill_config"], user["motor_engine_decode_config"]
-    return user
+    engine = {"engine_type": "sim", "engine_config": {"served_model_name": "sim"}}
+    return as_union(sim_user_config(deploy_mode, pool=False), instances, engine)
 
 
 SIM_ENV: dict[str, Any] = {
