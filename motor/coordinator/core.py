@@ -47,7 +47,9 @@ class Core:
         self.retry_policy = Backoff(initial_s=exceptions.retry_delay, max_attempts=exceptions.max_retry + 1)
         self.registry = InstanceRegistry()
         scheduling = config.scheduler_config
-        self.kv = kv_routing(settings) if scheduling.scheduler_type == "kv_cache_affinity" else None
+        self.kv = (
+            kv_routing(settings, self.metrics) if scheduling.scheduler_type == "kv_cache_affinity" else None
+        )
         self.scheduler = Scheduler(
             scheduling.scheduler_type,
             affinity_block_size=scheduling.affinity_block_size,
@@ -96,6 +98,8 @@ class Core:
             self.loop, self.scheduler, self.pool, self.observer, self.callbacks, limits
         )
         self._sweeper = asyncio.create_task(self._sweep())
+        if self.kv is not None:
+            self.kv.start()
 
     async def stop(self) -> None:
         self.metrics.flush()
@@ -135,15 +139,11 @@ class Core:
                     dispatch.expire(kind)
 
 
-def kv_routing(settings: CoordinatorSettings) -> KvRouting:
+def kv_routing(settings: CoordinatorSettings, metrics: CoordinatorMetrics) -> KvRouting:
     spec = settings.kv_index
     if spec is None:
         raise ValueError(
             "scheduler_type kv_cache_affinity needs the engines' block hashing (the spec's kv_index)"
         )
-    return KvRouting.create(
-        block_size=spec.block_size,
-        hash_algorithm=spec.hash_algorithm,
-        hash_seed=spec.hash_seed,
-        tokenizer=load_prompt_tokenizer(spec.engine_type, spec.model_path),
-    )
+    tokenizer = load_prompt_tokenizer(spec.engine_type, spec.model_path)
+    return KvRouting.create(spec, tokenizer, pool_answered=metrics.pool_answered)

@@ -105,6 +105,17 @@ class CoordinatorMetrics:
             ["reason"],
             registry=registry,
         )
+        self.kv_pool_queries = Counter(
+            "motor_coordinator_kv_pool_queries",
+            "kv_cache_affinity: prompts whose leading blocks were asked of the KV pool, by whether it answered",
+            ["answer"],
+            registry=registry,
+        )
+        self.kv_pool_blocks = Counter(
+            "motor_coordinator_kv_pool_blocks",
+            "kv_cache_affinity: leading prompt blocks the KV pool said it held, over the queries it answered",
+            registry=registry,
+        )
         self.prefill_stalls = Counter(
             "motor_coordinator_prefill_stalls",
             "Prefill legs that missed their own deadline (prompt size / the instance's measured prefill rate) and "
@@ -165,6 +176,14 @@ class CoordinatorMetrics:
 
     def observe_leg(self, leg: str, seconds: float) -> None:
         self._legs[leg].observe(seconds)
+
+    def pool_answered(self, blocks: int | None) -> None:
+        """What the KV pool said it held of a prompt (None: it could not say)."""
+        if blocks is None:
+            self.kv_pool_queries.labels("unknown").inc()
+            return
+        self.kv_pool_queries.labels("answered").inc()
+        self.kv_pool_blocks.inc(blocks)
 
 
 class InstanceCollector(Collector):

@@ -14,7 +14,7 @@ import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
@@ -147,6 +147,21 @@ class ControllerSpec(ComponentSpec):
     standby: StandbySpec | None = None
 
 
+class PoolTierSpec(SpecModel):
+    """What the prefill/union engines write to the KV pool, so the coordinator can ask the pool how much of a
+    prompt it holds (motor.kv.pool_keys)."""
+
+    store_config: dict[str, Any] = Field(
+        description="the store client's config: the engines' master, contributing no memory segment"
+    )
+    key_scheme: Literal["motor-sim", "vllm-mooncake-store"]
+    model: str = Field(
+        description="motor-sim: the served model name; vllm-mooncake-store: the engines' --model"
+    )
+    kv_bytes_per_token: int = Field(default=1024, ge=1, description="motor-sim: part of its root hash")
+    key_tp_ranks: int = Field(default=1, ge=1, description="vllm-mooncake-store: tp_rank values in its keys")
+
+
 class KvIndexSpec(SpecModel):
     """How the prefill/union engines hash their prefix-cache blocks, and where their tokenizer is: what the
     coordinator's kv_cache_affinity needs to compute the same block hashes (motor.kv.block_hashes)."""
@@ -158,6 +173,7 @@ class KvIndexSpec(SpecModel):
     )
     engine_type: str
     model_path: str | None = None
+    pool: PoolTierSpec | None = Field(default=None, description="None: the pool is not asked")
 
 
 class CoordinatorSpec(ComponentSpec):

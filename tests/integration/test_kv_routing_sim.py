@@ -15,6 +15,7 @@ import pytest
 
 from motor.cli import local_job
 from tests.fixtures.control import ConfigPair, LocalRun, as_union, merge, sim_config
+from tests.fixtures.coordinator import metric_at
 
 pytestmark = pytest.mark.slow
 
@@ -109,3 +110,31 @@ def test_every_repeat_hits_with_three_workers_where_text_affinity_and_load_balan
         baseline, cached = cached_repeats(run)
         assert baseline < hits, f"{policy}: {baseline} of {len(cached)} repeats hit; cached tokens {cached}"
         local_job.stop(run.run_root, run.job_id)
+
+
+def test_the_pool_tier_predicts_what_the_prefill_engines_then_load_from_the_pool(
+    local_run: Callable[..., LocalRun],
+) -> None:
+    # prefill engines without their own prefix cache publish nothing: only the pool can know a repeated prompt
+    run = local_run(
+        overrides={
+            "motor_deploy_config": {"p_instances_num": 2},
+            "motor_coordinator_config": {"scheduler_config": {"scheduler_type": "kv_cache_affinity"}},
+            "motor_engine_prefill_config": {"engine_config": {"no_enable_prefix_caching": True}},
+        }
+    )
+    assert run.plan_and_deploy() == 0
+    body = {"model": "sim-model", "prompt": prompt(0), "max_tokens": 2}
+    for _ in range(2):
+        response = httpx.post(f"{run.api_url}/v1/completions", json=body, timeout=30)
+        assert response.status_code == 200, response.text
+
+    assert metric_at(run.mgmt_url, 'motor_coordinator_kv_pool_queries_total{answer="answered"}') == 2
+    predicted = metric_at(run.mgmt_url, "motor_coordinator_kv_pool_blocks_total")
+    ports = [c["ports"]["engine"] for c in run.state()["components"] if c["name"].startswith("prefill-")]
+    loaded = sum(
+        metric_at(f"http://127.0.0.1:{port}", "vllm:external_prefix_cache_hits_total") for port in ports
+    )
+    # the first request found nothing; the second, all the blocks the first prefill wrote (prompt[:-1])
+    assert predicted == (PROMPT_WORDS + 1) // BLOCK_SIZE
+    assert loaded == predicted * BLOCK_SIZE

@@ -84,3 +84,50 @@ def test_a_run_dir_too_long_for_a_unix_socket_moves_the_sockets_to_short_distinc
     assert endpoints and len(set(endpoints)) == len(endpoints)
     for address in endpoints:
         assert address.startswith("ipc:///tmp/motor-kv-") and len(address.removeprefix("ipc://")) <= 107
+
+
+def _coordinator_kv_index(topology):
+    plan = build_plan(topology, config_dir="/c", run_dir="/r", python="/venv/bin/python")
+    return next(c for c in plan.components if c.kind == "coordinator").spec.kv_index
+
+
+def test_the_coordinator_asks_the_pool_with_the_keys_its_engines_write() -> None:
+    sim = _coordinator_kv_index(_kv_topology(engine_type="sim")).pool
+    assert (sim.key_scheme, sim.model) == ("motor-sim", "sim")  # its served_model_name
+    assert sim.store_config["global_segment_size"] == 0 and sim.store_config["master_server_address"]
+
+    vllm = _kv_topology()
+    roles = {
+        role: dataclasses.replace(
+            spec,
+            engine_config={
+                **spec.engine_config,
+                "kv_transfer_config": {
+                    "kv_connector": "MultiConnector",
+                    "kv_connector_extra_config": {
+                        "connectors": [
+                            {"kv_connector": "MooncakeConnectorV1"},
+                            {"kv_connector": "MooncakeStoreConnector"},
+                        ]
+                    },
+                },
+            },
+        )
+        for role, spec in vllm.roles.items()
+    }
+    pool = _coordinator_kv_index(dataclasses.replace(vllm, roles=roles)).pool
+    assert (pool.key_scheme, pool.model, pool.key_tp_ranks) == ("vllm-mooncake-store", "/models/tiny", 1)
+
+    roles = {
+        role: dataclasses.replace(
+            spec,
+            engine_config={
+                **spec.engine_config,
+                "kv_transfer_config": {"kv_connector": "MooncakeConnectorV1"},
+            },
+        )
+        for role, spec in vllm.roles.items()
+    }
+    assert (
+        _coordinator_kv_index(dataclasses.replace(vllm, roles=roles)).pool is None
+    )  # nothing in the pool to ask

@@ -1,6 +1,8 @@
 """The coordinator (`kind="coordinator"`), or its standby pair: the resolved dispatch profile, the roles that
 make it ready, the served model names, and its two ports (inference, management)."""
 
+from typing import Any
+
 from motor.config.compat import engine_option
 from motor.config.kv_events import DEFAULT_HASH_ALGORITHM, KV_EVENTS_ROLES, kv_events_enabled
 from motor.config.models import CoordinatorConfig, EtcdEndpointConfig
@@ -10,8 +12,9 @@ from motor.deploy.plan.context import PlanContext
 from motor.deploy.plan.model import ALL_INTERFACES, COORDINATOR, Component, probes
 from motor.deploy.plan.standby import standby_spec, with_standby
 from motor.kv.connectors import DispatchProfile
+from motor.kv.levels import connector_levels
 from motor.protocol import env as env_names
-from motor.protocol.specs import CoordinatorSpec, EtcdSpec, KvIndexSpec, SecretRef, url_scheme
+from motor.protocol.specs import CoordinatorSpec, EtcdSpec, KvIndexSpec, PoolTierSpec, SecretRef, url_scheme
 
 
 def compile_coordinator(context: PlanContext) -> tuple[Component, ...]:
@@ -51,7 +54,7 @@ def compile_coordinator(context: PlanContext) -> tuple[Component, ...]:
             api_keys=SecretRef(env=env_names.API_KEYS) if coordinator.api_key_config.enable_api_key else None,
             infer_tls=context.infer_tls,
             mgmt_tls=context.coordinator_tls,
-            kv_index=kv_index_spec(topology),
+            kv_index=kv_index_spec(topology, context.store_config),
         ),
     )
     standby = standby_spec(
@@ -66,7 +69,12 @@ def compile_coordinator(context: PlanContext) -> tuple[Component, ...]:
 DEFAULT_BLOCK_SIZE = 16  # vLLM 0.32's CPU backend and the simulator
 
 
-def kv_index_spec(topology: Topology) -> KvIndexSpec | None:
+MOONCAKE_STORE_CONNECTOR = "MooncakeStoreConnector"
+# the pool's answer costs each coordinator worker a store client; it contributes no memory to the pool
+POOL_CLIENT_CONFIG = {"global_segment_size": 0, "local_buffer_size": 0}
+
+
+def kv_index_spec(topology: Topology, store_config: dict[str, Any] | None) -> KvIndexSpec | None:
     """How the first KV-event publishing role hashes its blocks (the config check requires them all to agree)."""
     if not kv_events_enabled(topology.user):
         return None
@@ -82,6 +90,35 @@ def kv_index_spec(topology: Topology) -> KvIndexSpec | None:
         hash_seed=spec.env.get("PYTHONHASHSEED"),
         engine_type=spec.engine_type,
         model_path=str(model) if model is not None and spec.engine_type != "sim" else None,
+        pool=None if store_config is None else pool_tier_spec(spec, store_config),
+    )
+
+
+def pool_tier_spec(spec: RoleSpec, store_config: dict[str, Any]) -> PoolTierSpec | None:
+    """The keys the role's engines write to the pool, when motor knows them: the simulator's with a pool, vLLM's
+    MooncakeStoreConnector's; None for other writers (the pool is then not asked)."""
+    config = spec.engine_config
+    client_config = {**store_config, **POOL_CLIENT_CONFIG}
+    if spec.engine_type == "sim":
+        served = engine_option(config, "served_model_name") or engine_option(config, "model") or "motor-sim"
+        return PoolTierSpec(
+            store_config=client_config,
+            key_scheme="motor-sim",
+            model=str(served[0] if isinstance(served, list) else served),
+            kv_bytes_per_token=int(engine_option(config, "kv_bytes_per_token") or 1024),
+        )
+    transfer = engine_option(config, "kv_transfer_config")
+    model = engine_option(config, "model")
+    if not isinstance(transfer, dict) or model is None:
+        return None
+    names = {level.get("kv_connector") for _, level in connector_levels(transfer)}
+    if MOONCAKE_STORE_CONNECTOR not in names:
+        return None
+    return PoolTierSpec(
+        store_config=client_config,
+        key_scheme="vllm-mooncake-store",
+        model=str(model),
+        key_tp_ranks=int(engine_option(config, "tensor_parallel_size") or 1),
     )
 
 
