@@ -3,44 +3,64 @@ same prefill/decode cluster of simulated engines, under the same load.
 
 The cluster: a real `mooncake_master` (the shared KV pool) and two motor-sim processes with the capacity model
 (docs/sim-capacity-model.md), one serving N prefill engines (kv_producer: they write their KV to the pool), one
-N decode engines (kv_consumer), as virtual engines. Every prefill engine reads the pool, so a prefix any of them
-computed is a pool hit for all: what is left to compute, not who saw the prefix, is what a prefill costs.
-The decode steps of an NP+ND cluster's engines cost N/4 as much per sequence as those of the reference 4P+4D
-cluster (`cluster_capacity`), so 8P+8D and 16P+16D have about the same decode capacity and saturate at the few
-requests per second a 2-core machine can send through a router; the parameters are printed with the results.
+N decode engines (kv_consumer), as virtual engines. The prefill engines publish vLLM's KV events (ZMQ on ipc://
+sockets in the run's directory, `--prefix-caching-hash-algo sha256`, PYTHONHASHSEED 0) when a motor path uses
+kv_cache_affinity, and motor registers their addresses with the instances.
+
+Two scenarios (`--scenario`):
+- shared-pool (the default): every prefill engine reads the pool, so a prefix any of them computed is a pool hit
+  for all: what is left to compute, not who saw the prefix, is what a prefill costs. The decode steps of an
+  NP+ND cluster's engines cost N/4 as much per sequence as those of the reference 4P+4D cluster
+  (`cluster_capacity`), so 8P+8D and 16P+16D have about the same decode capacity and saturate at the few
+  requests per second a 2-core machine can send through a router. Workload: multi-turn sessions over a few
+  shared system prompts (Zipf-popular).
+- cache-pressure: many tenants (uniformly popular) with long prefixes that together need `KV_PRESSURE` (70 %) of
+  the prefill engines' KV blocks, so where a tenant's prefix lives is what a prefill costs. The prefill engines
+  never read the pool (the sim's `--fault-kv-get-fail`: their reads fail, their writes go on), so every prefix
+  hit is one of their own cache; the pool only hands the KV from prefill to decode. Decode steps cost as much as
+  the reference engine's, so the decode side is not the bottleneck before the prefill side is. Before each row
+  every tenant's prefix is sent once through the path (not measured), so the row starts on a warm cluster whose
+  placement the path chose, as a long-running service would.
+The parameters are printed with the results.
 
 The paths, each started fresh against the same engines and alternated turn by turn at every rate:
 - motor: a controller-less coordinator (prefill_first, the instances registered through its management API),
-  once per `scheduler_type` (`--motor-policies`), pd_aware with admission bounds derived from the engines;
+  once per `scheduler_type` (`--motor-policies`) and coordinator worker count (`--workers`; path
+  `motor POLICY/wN`), pd_aware with admission bounds derived from the engines;
 - vllm-router 0.1.17 in vLLM PD mode (`--vllm-pd-disaggregation`), once per policy (`--router-policies`), its
   metrics listener on its own free port; `POLICY@N` adds its global admission (`--max-concurrent-requests N`,
   a 2 s queue), by default cache_aware with N = pd_aware's decode bound × the decode engines.
 
-The workload (`make_workload`, seeded, identical for every path): multi-turn sessions over a few shared system
-prompts (Zipf-popular), each turn's prompt the previous one plus the answer plus a new user message, lognormal
+The workload (`make_workload`, seeded, identical for every path): multi-turn sessions, each over one system
+prompt or tenant prefix, each turn's prompt the previous one plus the answer plus a new user message, lognormal
 (long-tailed) prompt and answer lengths, session starts in bursts (gamma inter-arrivals, CV 1.5) and turns after
 a think time, all on an open-loop schedule: turn k is sent at its time whatever happened to turn k-1. Every run
 salts its prompts' first word, so no run finds another run's prefixes in the engines' caches or the pool.
 
-Per path and rate: goodput (requests/s that met TTFT ≤ `--ttft-slo` and their own ITL P99 ≤ `--itl-slo`),
-TTFT and ITL P50/P99 (over the completed requests / their token gaps), errors (refused or broken requests), the prefill engines' pool hit ratio and local
-prefix cache hit ratio (prompt tokens found in the pool / their own cache, from the sims' metrics), the
-decode engines' handover ratio (prompt tokens whose KV the prefill handed over: a PD path that works), and the
-router's CPU time per request (its process tree's user + system time over the run); and whether the machine
-kept up: the load generator's and the sims' share of a core, the client's send lag P99 and the load average. A
-row whose client sent more than `--max-send-lag` late ran on a starved machine and is measured again (the
-least starved attempt is kept). A PNG of
-goodput and TTFT P99 against the requests sent per second goes to `--plot` (benchmarks/out/ by default).
+Per path and rate: goodput (requests/s that met TTFT ≤ `--ttft-slo` and their own ITL P99 ≤ `--itl-slo`, over
+every request sent), TTFT P50/P90/P99 and ITL P50/P99 (over the completed requests / their token gaps), output
+tokens/s (of the completed requests, from the first send to the last answer), errors and the refused fraction
+(requests answered with an HTTP error), the prefill engines' pool hit ratio and local prefix cache hit ratio
+(prompt tokens found in the pool / their own cache, from the sims' metrics), the decode engines' handover ratio
+(prompt tokens whose KV the prefill handed over: a PD path that works), and the router's CPU time per request
+(its process tree's user + system time over the run); and whether the machine kept up: the load generator's
+and the sims' share of a core, the client's send lag P99 and the load average. A row whose client sent more
+than `--max-send-lag` late ran on a starved machine and is measured again (the least starved attempt is kept).
+A PNG of goodput, output tokens/s and TTFT P90 and P99 against the requests sent per second goes to `--plot`
+(benchmarks/out/ by default).
 
-    .venv/bin/python benchmarks/cluster_scheduling.py [--quick] [--engines 8|16] [--rates 5,8,12] [--duration 30]
-        [--motor-policies round_robin,load_balance,prefix_affinity,pd_aware]
+    .venv/bin/python benchmarks/cluster_scheduling.py [--quick] [--scenario shared-pool|cache-pressure]
+        [--engines 8|16] [--rates 5,8,12] [--duration 30] [--workers 1,4]
+        [--motor-policies round_robin,load_balance,prefix_affinity,pd_aware,kv_cache_affinity]
         [--router-policies round_robin,cache_aware,power_of_two,cache_aware@40] [--seed 1]
 
-Everything listens on 127.0.0.1 on free ports; every process started here is stopped by pid at the end.
+Everything listens on 127.0.0.1 (or on ipc:// sockets in the run's directory) on free ports; every process
+started here is stopped by pid at the end.
 """
 
 import argparse
 import asyncio
+import itertools
 import json
 import math
 import os
@@ -73,15 +93,19 @@ from plotting import default_plot_path, figure, save, skipped_without_matplotlib
 from prometheus_client.parser import text_string_to_metric_families
 
 from motor.config import load_documents
+from motor.config.kv_events import DEFAULT_HASH_ALGORITHM, KV_EVENTS_TOPIC
 from motor.deploy.plan import build_plan
 from motor.engine.sim.capacity import CapacityModel
 from motor.engine.sim.cli import capacity_flags
+from motor.engine.sim.config import KvEventsConfig
 from motor.kv.pool import KvCachePoolConfig
 from motor.pool.master import MooncakeMaster
 from motor.runtime.net import free_local_ports
 
 MODEL = "cluster-sim"
-MOTOR_POLICIES = ("round_robin", "load_balance", "prefix_affinity", "pd_aware")
+HASH_SEED = "0"  # PYTHONHASHSEED of the prefill sims and the coordinator's kv_index: their block hashes agree
+KV_EVENTS_POLICY = "kv_cache_affinity"  # routes on the engines' KV events
+MOTOR_POLICIES = ("round_robin", "load_balance", "prefix_affinity", "pd_aware", KV_EVENTS_POLICY)
 ROUTER_POLICIES = ("round_robin", "cache_aware", "power_of_two")
 # The engine of the reference cluster, 4P+4D: slow, so that the few requests per second a 2-core machine can
 # drive through a router fill the cluster. Prefill at 1,000 tokens/s; a decode step costs 5 ms + 6 ms per
@@ -96,7 +120,9 @@ REFERENCE_CAPACITY = CapacityModel(
     decode_ms_per_seq=6.0,
     decode_ms_per_1k_context=2.0,
 )
-ENGINE_FLAGS = ["--num-gpu-blocks-override", "1024", "--max-num-seqs", "64", "--max-model-len", "16384"]
+ENGINE_BLOCKS = 1024
+ENGINE_MAX_MODEL_LEN = 16384
+ENGINE_MAX_SEQS = 64
 # pd_aware's admission bounds follow from the engine: a prefill queue of 1.5 s of compute (under the 2 s TTFT
 # objective); a decode batch whose step at 1,000 tokens of context each stays under 85 ms (under 100 ms); a leg
 # waits up to 2 s for room (longer would miss the TTFT objective anyway), then the request is refused.
@@ -131,17 +157,6 @@ def admission_bounds(model: CapacityModel) -> dict[str, float]:
     }
 
 
-def describe_engines(engines: int, model: CapacityModel) -> str:
-    return (
-        f"{engines}P+{engines}D engines: prefill {model.prefill_tokens_per_s:g} tokens/s, decode step "
-        f"{model.step_overhead_ms:g} ms + {model.decode_ms_per_seq:g} ms/sequence + "
-        f"{model.decode_ms_per_1k_context:g} ms/1k context tokens, {' '.join(ENGINE_FLAGS)}; pd_aware admission "
-        + ", ".join(
-            f"{key.removeprefix('admission_')} {value:g}" for key, value in admission_bounds(model).items()
-        )
-    )
-
-
 KV_BYTES_PER_TOKEN = 16  # the real bytes the sims put in the pool (cheap); the link is timed by the model
 _LISTENING = re.compile(
     r"motor-sim listening on http://127\.0\.0\.1:(\d+) \(virtual engine (\d+), engine_id (\S+)\)"
@@ -153,8 +168,13 @@ _LISTENING = re.compile(
 
 @dataclass(frozen=True)
 class WorkloadShape:
-    system_prompts: int = 8
+    system_prompts: int = 8  # or tenants: each session continues one of them
     system_median_tokens: int = 600
+    system_sigma: float = 0.45  # lognormal spread of the system prompts' lengths (0: all the median)
+    max_system_tokens: int = 4000
+    popularity_exponent: float = (
+        1.0  # system prompt k is picked with weight 1 / (k + 1) ** exponent (0: uniform)
+    )
     user_median_tokens: int = 80
     answer_median_tokens: int = 40
     sigma: float = 0.9  # lognormal spread of every length: a long tail
@@ -188,18 +208,33 @@ def _words(rng: random.Random, count: int) -> tuple[str, ...]:
     return tuple("".join(rng.choices(string.ascii_lowercase, k=3)) for _ in range(count))
 
 
+def _workload_rng(rate: float, duration_s: float, seed: int) -> random.Random:
+    return random.Random(f"{seed}:{rate}:{duration_s}")
+
+
+def _system_prompts(rng: random.Random, shape: WorkloadShape) -> list[tuple[str, ...]]:
+    return [
+        _words(rng, _lognormal(rng, shape.system_median_tokens, shape.system_sigma, shape.max_system_tokens))
+        for _ in range(shape.system_prompts)
+    ]
+
+
+def system_prompts(
+    rate: float, duration_s: float, seed: int, shape: WorkloadShape = WorkloadShape()
+) -> list[tuple[str, ...]]:
+    """The system prompts (tenant prefixes) `make_workload` builds its sessions on, for the same arguments."""
+    return _system_prompts(_workload_rng(rate, duration_s, seed), shape)
+
+
 def make_workload(
     rate: float, duration_s: float, seed: int, shape: WorkloadShape = WorkloadShape()
 ) -> list[Turn]:
     """The turns that fall within [0, `duration_s`) of sessions arriving at `rate` / mean turns per second from
     time 0 (so the offered rate ramps up to about `rate` requests/s as sessions accumulate turns), sorted by
     time. Every turn's history was sent before it. Deterministic in (rate, duration, seed, shape)."""
-    rng = random.Random(f"{seed}:{rate}:{duration_s}")
-    systems = [
-        _words(rng, _lognormal(rng, shape.system_median_tokens, shape.sigma / 2, 4000))
-        for _ in range(shape.system_prompts)
-    ]
-    popularity = [1 / (k + 1) for k in range(shape.system_prompts)]
+    rng = _workload_rng(rate, duration_s, seed)
+    systems = _system_prompts(rng, shape)
+    popularity = [1 / (k + 1) ** shape.popularity_exponent for k in range(shape.system_prompts)]
     session_rate = rate / shape.mean_turns
     gamma_shape = 1 / shape.burst_cv**2
     turns: list[Turn] = []
@@ -225,6 +260,83 @@ def make_workload(
         session += 1
     turns.sort(key=lambda turn: turn.at_s)
     return turns
+
+
+# ---- scenarios (pure) --------------------------------------------------------------------------------------
+
+
+SCENARIOS = ("shared-pool", "cache-pressure")
+BLOCK_SIZE = 16  # the sims' default, and the coordinator's kv_index
+# cache-pressure: tenants whose prefixes of TENANT_PREFIX_TOKENS together need KV_PRESSURE of the prefill
+# engines' KV, PRESSURE_PREFILL_BLOCKS each (8,192 tokens: the longest prompt fits, with its answer)
+KV_PRESSURE = 0.7
+TENANT_PREFIX_TOKENS = 2000
+PRESSURE_PREFILL_BLOCKS = 512
+PRESSURE_MAX_PROMPT_TOKENS = 6000
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    engines: int  # prefill engines, and as many decode engines
+    model: CapacityModel
+    shape: WorkloadShape
+    prefill_blocks: int  # a prefill engine's KV budget, which is also its prefix cache
+    # cache pressure: the prefill engines never read the pool (their prefix hits are their own cache's; the pool
+    # still hands their KV to the decode engines), and every row starts with each tenant's prefix sent once
+    cache_pressure: bool
+
+    def engine_flags(self, role: str) -> list[str]:
+        blocks = self.prefill_blocks if role == "prefill" else ENGINE_BLOCKS
+        max_model_len = min(ENGINE_MAX_MODEL_LEN, blocks * BLOCK_SIZE)
+        flags = ["--num-gpu-blocks-override", str(blocks), "--max-model-len", str(max_model_len)]
+        flags += ["--max-num-seqs", str(ENGINE_MAX_SEQS)]
+        if role == "prefill" and self.cache_pressure:
+            flags.append("--fault-kv-get-fail")  # the sim's reads of the pool fail; its writes go on
+        return flags
+
+    @property
+    def prefix_share(self) -> float:
+        """The tenants' prefixes over the prefill engines' KV (every tenant's prefix is the median long)."""
+        tokens = self.shape.system_prompts * self.shape.system_median_tokens
+        return tokens / (self.engines * self.prefill_blocks * BLOCK_SIZE)
+
+    def describe(self) -> str:
+        model = self.model
+        text = (
+            f"{self.name}, {self.engines}P+{self.engines}D engines: prefill {model.prefill_tokens_per_s:g} "
+            f"tokens/s, decode step {model.step_overhead_ms:g} ms + {model.decode_ms_per_seq:g} ms/sequence + "
+            f"{model.decode_ms_per_1k_context:g} ms/1k context tokens; prefill {' '.join(self.engine_flags('prefill'))}; "
+            f"decode {' '.join(self.engine_flags('decode'))}; pd_aware admission "
+            + ", ".join(
+                f"{key.removeprefix('admission_')} {value:g}"
+                for key, value in admission_bounds(model).items()
+            )
+        )
+        if self.cache_pressure:
+            text += (
+                f"; {self.shape.system_prompts} tenants × {self.shape.system_median_tokens} prefix tokens = "
+                f"{self.prefix_share:.0%} of the prefill KV, no pool reads on prefill, warmed up"
+            )
+        return text
+
+
+def make_scenario(name: str, engines: int) -> Scenario:
+    if name == "shared-pool":
+        model = cluster_capacity(engines)
+        return Scenario(name, engines, model, WorkloadShape(), ENGINE_BLOCKS, cache_pressure=False)
+    prefill_tokens = engines * PRESSURE_PREFILL_BLOCKS * BLOCK_SIZE
+    tenants = max(1, round(KV_PRESSURE * prefill_tokens / TENANT_PREFIX_TOKENS))
+    shape = WorkloadShape(
+        system_prompts=tenants,
+        system_median_tokens=TENANT_PREFIX_TOKENS,
+        system_sigma=0.0,
+        max_system_tokens=TENANT_PREFIX_TOKENS,
+        popularity_exponent=0.0,
+        max_prompt_tokens=PRESSURE_MAX_PROMPT_TOKENS,
+    )
+    # decode at the reference engine's speed whatever the size: the prefill side is what this scenario loads
+    return Scenario(name, engines, REFERENCE_CAPACITY, shape, PRESSURE_PREFILL_BLOCKS, cache_pressure=True)
 
 
 # ---- results (pure) ----------------------------------------------------------------------------------------
@@ -270,6 +382,22 @@ class Engines:
     process: Process
     ports: list[int]
     engine_ids: list[str]
+    kv_events: list[KvEventsConfig] = field(default_factory=list)  # per engine, when they publish
+
+    def endpoint(self, index: int) -> dict[str, Any]:
+        """Engine `index` as an instance's endpoint, with its KV event addresses when it publishes."""
+        endpoint: dict[str, Any] = {"host": "127.0.0.1", "port": self.ports[index]}
+        if self.kv_events:
+            events = self.kv_events[index]
+            endpoint |= {"kv_events": events.endpoint, "kv_events_replay": events.replay_endpoint}
+        return endpoint
+
+
+@dataclass
+class Cluster:
+    scenario: Scenario
+    prefill: Engines
+    decode: Engines
 
 
 def start_pool(work: Path) -> MooncakeMaster:
@@ -286,21 +414,45 @@ def start_pool(work: Path) -> MooncakeMaster:
     return master
 
 
-def start_engines(role: str, count: int, model: CapacityModel, store_config: Path, work: Path) -> Engines:
+def kv_events_config(work: Path) -> KvEventsConfig:
+    """vLLM's KV event publisher on ipc:// sockets in the run's directory (the sim binds those, as vLLM does;
+    a tcp:// address other than `*` it would connect to); virtual engine i adds `_dp<i>` to both paths."""
+    base = work / "kv-prefill"
+    return KvEventsConfig(
+        enable_kv_cache_events=True,
+        publisher="zmq",
+        endpoint=f"ipc://{base}.ev",
+        replay_endpoint=f"ipc://{base}.rp",
+        topic=KV_EVENTS_TOPIC,
+    )
+
+
+def start_engines(
+    role: str, scenario: Scenario, store_config: Path, work: Path, kv_events: KvEventsConfig | None
+) -> Engines:
+    """`scenario.engines` virtual engines of `role` in one sim process; `kv_events`: they publish their
+    prefix caches' changes (block hashes seeded by HASH_SEED, as the coordinator's kv_index says)."""
     kv_role = "kv_producer" if role == "prefill" else "kv_consumer"
     transfer = {"kv_connector": "MooncakeStoreConnector", "kv_role": kv_role, "engine_id": role}
+    count = scenario.engines
     args = [
         sys.executable, "-m", "motor.engine.sim", "--host", "127.0.0.1", "--port", "0", "--model", MODEL,
         "--log-level", "warning", "--virtual-engines", str(count), "--kv-transfer-config", json.dumps(transfer),
         "--store-config", str(store_config), "--kv-bytes-per-token", str(KV_BYTES_PER_TOKEN),
-        *ENGINE_FLAGS, *capacity_flags(model),
+        *scenario.engine_flags(role), *capacity_flags(scenario.model),
     ]  # fmt: skip
-    process = spawn(f"sim-{role}", args, 0, work)
+    if kv_events is not None:
+        args += ["--kv-events-config", kv_events.model_dump_json(exclude_defaults=True)]
+        args += ["--prefix-caching-hash-algo", DEFAULT_HASH_ALGORITHM]
+    process = spawn(f"sim-{role}", args, 0, work, env={"PYTHONHASHSEED": HASH_SEED})
     try:
-        return _listening_engines(process, role, count)
+        engines = _listening_engines(process, role, count)
     except BaseException:  # a failed start, or the run was ended meanwhile
         process.stop()
         raise
+    if kv_events is not None:
+        engines.kv_events = [kv_events.for_engine(index) for index in range(count)]
+    return engines
 
 
 def _listening_engines(process: Process, role: str, count: int) -> Engines:
@@ -327,11 +479,26 @@ class Router:
     url: str
 
 
-def start_motor(
-    policy: str, prefill: Engines, decode: Engines, work: Path, admission: dict[str, float]
-) -> Router:
+@dataclass(frozen=True)
+class PathSpec:
+    kind: str  # "motor" or "vllm-router"
+    policy: str  # a motor scheduler_type, or a vllm-router POLICY or POLICY@N
+    workers: int = 1  # motor's coordinator workers
+
+
+def start_path(path: PathSpec, cluster: Cluster, work: Path) -> Router:
+    if path.kind == "motor":
+        return start_motor(path.policy, path.workers, cluster, work)
+    return start_vllm_router(path.policy, cluster.prefill, cluster.decode, work)
+
+
+def start_motor(policy: str, workers: int, cluster: Cluster, work: Path) -> Router:
+    """A controller-less coordinator with `workers` workers; kv_cache_affinity's kv_index comes from the plan
+    (the engines' block size, sha256, the PYTHONHASHSEED of env.json's motor_common_env: HASH_SEED)."""
+    prefill, decode = cluster.prefill, cluster.decode
+    admission = admission_bounds(cluster.scenario.model) if policy == "pd_aware" else {}
     infer_port, mgmt_port = free_port(), free_port()
-    directory = work / f"motor-{policy}-{infer_port}"
+    directory = work / f"motor-{policy}-w{workers}-{infer_port}"
     directory.mkdir()
     engine = {"engine_type": "sim", "engine_config": {"served_model_name": MODEL}}
     user: dict[str, Any] = {
@@ -344,19 +511,20 @@ def start_motor(
         "motor_coordinator_config": {
             "logging_config": {"log_level": "WARNING"},
             "api_config": {"coordinator_api_infer_port": infer_port, "coordinator_api_mgmt_port": mgmt_port},
-            "scheduler_config": {"dispatch_profile": "prefill_first", "scheduler_type": policy}
-            | (admission if policy == "pd_aware" else {}),
+            "scheduler_config": {"dispatch_profile": "prefill_first", "scheduler_type": policy} | admission,
+            "inference_workers_config": {"num_workers": workers},
             "timeout_config": {"request_timeout": 120, "read_timeout": 120},
             "exception_config": {"first_token_timeout": 120, "infer_timeout": 600},
         },
         "motor_engine_prefill_config": engine,
         "motor_engine_decode_config": engine,
     }
-    plan = build_plan(load_documents(user, {"version": "2.0.0"}), config_dir=str(directory))
+    env = {"version": "2.0.0", "motor_common_env": {"PYTHONHASHSEED": HASH_SEED}}
+    plan = build_plan(load_documents(user, env), config_dir=str(directory))
     spec_path = directory / "coordinator.spec.json"
     spec_path.write_text(plan.files[spec_path.name])
     process = spawn(
-        f"motor-{policy}",
+        f"motor-{policy}-w{workers}",
         [sys.executable, "-m", "motor.coordinator", "--spec", str(spec_path)],
         infer_port,
         work,
@@ -368,10 +536,10 @@ def start_motor(
             "role": role,
             "engine_id": engine_id,
             "model_name": MODEL,
-            "endpoints": [{"host": "127.0.0.1", "port": port}],
+            "endpoints": [engines.endpoint(index)],
         }
         for role, engines in (("prefill", prefill), ("decode", decode))
-        for port, engine_id in zip(engines.ports, engines.engine_ids, strict=True)
+        for index, engine_id in enumerate(engines.engine_ids)
     ]
     try:
         wait_http(process, f"http://127.0.0.1:{mgmt_port}/startup")
@@ -379,7 +547,7 @@ def start_motor(
     except BaseException:
         process.stop()
         raise
-    return Router(f"motor {policy}", process, f"http://127.0.0.1:{infer_port}")
+    return Router(f"motor {policy}/w{workers}", process, f"http://127.0.0.1:{infer_port}")
 
 
 def start_vllm_router(spec: str, prefill: Engines, decode: Engines, work: Path) -> Router:
@@ -513,10 +681,14 @@ async def send(session: aiohttp.ClientSession, url: str, turn: Turn, salt: str) 
         return Outcome(False, error=type(exc).__name__)
 
 
+def _client() -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=300)
+    )
+
+
 async def open_loop(url: str, turns: list[Turn], salt: str) -> list[Outcome]:
-    connector = aiohttp.TCPConnector(limit=0)
-    timeout = aiohttp.ClientTimeout(total=300)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+    async with _client() as session:
         start = time.perf_counter()
 
         async def one(turn: Turn) -> Outcome:
@@ -529,6 +701,20 @@ async def open_loop(url: str, turns: list[Turn], salt: str) -> list[Outcome]:
         return list(await asyncio.gather(*(one(turn) for turn in turns)))
 
 
+async def warm_up(url: str, prefixes: list[tuple[str, ...]], salt: str, concurrency: int) -> int:
+    """Send every prefix once for one token, `concurrency` at a time, through the path (not measured), so the
+    engines' caches, and what the router knows of them, start the row warm. Returns how many failed."""
+    slots = asyncio.Semaphore(concurrency)
+    async with _client() as session:
+
+        async def one(words: tuple[str, ...]) -> Outcome:
+            async with slots:
+                return await send(session, url, Turn(0.0, -1, 0, words, 1), salt)
+
+        outcomes = await asyncio.gather(*(one(words) for words in prefixes))
+    return sum(not outcome.ok for outcome in outcomes)
+
+
 # ---- one measurement ---------------------------------------------------------------------------------------
 
 
@@ -538,11 +724,14 @@ class Row:
     rate: float
     requests: int
     goodput: float
+    tokens_per_s: float  # output tokens of the completed requests, from the first send to the last answer
     ttft_p50: float
+    ttft_p90: float
     ttft_p99: float
     itl_p50: float
     itl_p99: float
     errors: int
+    refused: float  # share of the requests answered with an HTTP error
     pool_hit: float
     local_hit: float
     handover: float
@@ -559,17 +748,24 @@ def measure(
     router: Router,
     rate: float,
     turns: list[Turn],
+    prefixes: list[tuple[str, ...]],
+    cluster: Cluster,
     args: argparse.Namespace,
-    prefill: Engines,
-    decode: Engines,
     run: int,
 ) -> Row:
+    """One row: the warm-up with `prefixes` (when there are any), then `turns` on their schedule."""
+    prefill, decode = cluster.prefill, cluster.decode
+    salt = f"run{run}x{os.getpid()}"
+    if prefixes:
+        failed = uvloop.run(warm_up(router.url, prefixes, salt, cluster.scenario.engines))
+        if failed:
+            print(f"{router.name}: {failed} of {len(prefixes)} warm-up requests failed")
     before, decode_before = engine_counters(prefill), engine_counters(decode)
     sims = (prefill.process.popen.pid, decode.process.popen.pid)
     cpu_before = tree_cpu_seconds(router.process.popen.pid)
     sims_before, client_before = sum(map(process_seconds, sims)), time.process_time()
     wall = time.perf_counter()
-    outcomes = uvloop.run(open_loop(router.url, turns, salt=f"run{run}x{os.getpid()}"))
+    outcomes = uvloop.run(open_loop(router.url, turns, salt))
     wall = time.perf_counter() - wall
     cpu = tree_cpu_seconds(router.process.popen.pid) - cpu_before
     sims_cpu = sum(map(process_seconds, sims)) - sims_before
@@ -578,6 +774,7 @@ def measure(
     prompt = max(1.0, after["prompt"] - before["prompt"])
     decode_prompt = max(1.0, decode_after["prompt"] - decode_before["prompt"])
     ok = [o for o in outcomes if o.ok]
+    ttfts = [o.ttft_s for o in ok]
     gaps = [gap for o in ok for gap in o.gaps_s]
     errors = [o.error for o in outcomes if not o.ok]
     return Row(
@@ -585,11 +782,14 @@ def measure(
         rate,
         len(outcomes),
         goodput(outcomes, args.duration, args.ttft_slo, args.itl_slo),
-        percentile([o.ttft_s for o in ok], 0.5),
-        percentile([o.ttft_s for o in ok], 0.99),
+        sum(o.tokens for o in ok) / wall,
+        percentile(ttfts, 0.5),
+        percentile(ttfts, 0.9),
+        percentile(ttfts, 0.99),
         percentile(gaps, 0.5),
         percentile(gaps, 0.99),
         len(errors),
+        sum(error.startswith("HTTP") for error in errors) / max(1, len(outcomes)),
         (after["pool"] - before["pool"]) / prompt,
         (after["local"] - before["local"]) / prompt,
         (decode_after["handover"] - decode_before["handover"]) / decode_prompt,
@@ -602,11 +802,40 @@ def measure(
     )
 
 
-def paths(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+def measure_least_starved(
+    path: PathSpec,
+    rate: float,
+    turns: list[Turn],
+    prefixes: list[tuple[str, ...]],
+    cluster: Cluster,
+    args: argparse.Namespace,
+    work: Path,
+    runs: Iterator[int],
+) -> Row:
+    """The row of `path` at `rate`, measured again (up to --starved-retries times) while the client was
+    starved; the least starved attempt."""
+    attempts: list[Row] = []
+    for attempt in range(1 + args.starved_retries):
+        router = start_path(path, cluster, work)
+        try:
+            row = measure(router, rate, turns, prefixes, cluster, args, next(runs))
+        finally:
+            router.process.stop()
+        row.attempts = attempt + 1
+        attempts.append(row)
+        print_rows([row], args)
+        wait_idle([cluster.prefill, cluster.decode])
+        if row.late_p99 <= args.max_send_lag:
+            break
+    return min(attempts, key=lambda row: row.late_p99)
+
+
+def paths(args: argparse.Namespace) -> Iterator[PathSpec]:
     for policy in args.motor_policies:
-        yield "motor", policy
+        for workers in args.workers:
+            yield PathSpec("motor", policy, workers)
     for policy in args.router_policies:
-        yield "vllm-router", policy
+        yield PathSpec("vllm-router", policy)
 
 
 def ms(seconds: float) -> str:
@@ -616,43 +845,53 @@ def ms(seconds: float) -> str:
 def print_rows(rows: list[Row], args: argparse.Namespace) -> None:
     print(
         f"\ngoodput = requests/s with TTFT ≤ {args.ttft_slo:g} s and ITL P99 ≤ {args.itl_slo * 1e3:g} ms, "
-        f"{args.duration:g} s of arrivals per row; client/sims: share of a core; late: the client's send lag P99"
+        f"{args.duration:g} s of arrivals per row; tok/s: output tokens/s; refused: HTTP errors / requests; "
+        "client/sims: share of a core; late: the client's send lag P99"
     )
     print(
-        f"{'path':<32} {'rate':>5} {'reqs':>5} {'goodput':>8} {'ttft p50':>8} {'ttft p99':>8} {'itl p50':>8} "
-        f"{'itl p99':>8} {'errors':>6} {'pool hit':>8} {'local hit':>9} {'handover':>8} {'cpu µs/req':>10} "
-        f"{'client':>6} {'sims':>5} {'late ms':>7} {'load':>5} {'tries':>5}"
+        f"{'path':<34} {'rate':>5} {'reqs':>5} {'goodput':>8} {'tok/s':>6} {'ttft p50':>8} {'ttft p90':>8} "
+        f"{'ttft p99':>8} {'itl p50':>8} {'itl p99':>8} {'errors':>6} {'refused':>7} {'pool hit':>8} "
+        f"{'local hit':>9} {'handover':>8} {'cpu µs/req':>10} {'client':>6} {'sims':>5} {'late ms':>7} "
+        f"{'load':>5} {'tries':>5}"
     )
     for r in sorted(rows, key=lambda r: (r.rate, r.path)):
         print(
-            f"{r.path:<32} {r.rate:>5g} {r.requests:>5} {r.goodput:>8.2f} {ms(r.ttft_p50)} {ms(r.ttft_p99)} "
-            f"{ms(r.itl_p50)} {ms(r.itl_p99)} {r.errors:>6} {r.pool_hit:>8.0%} {r.local_hit:>9.0%} {r.handover:>8.0%} "
-            f"{r.cpu_us:>10.0f} {r.client_cpu:>6.0%} {r.sims_cpu:>5.0%} {r.late_p99 * 1e3:>7.0f} {r.load:>5.1f} {r.attempts:>5}"
+            f"{r.path:<34} {r.rate:>5g} {r.requests:>5} {r.goodput:>8.2f} {r.tokens_per_s:>6.0f} {ms(r.ttft_p50)} "
+            f"{ms(r.ttft_p90)} {ms(r.ttft_p99)} {ms(r.itl_p50)} {ms(r.itl_p99)} {r.errors:>6} {r.refused:>7.0%} "
+            f"{r.pool_hit:>8.0%} {r.local_hit:>9.0%} {r.handover:>8.0%} {r.cpu_us:>10.0f} {r.client_cpu:>6.0%} "
+            f"{r.sims_cpu:>5.0%} {r.late_p99 * 1e3:>7.0f} {r.load:>5.1f} {r.attempts:>5}"
             + (f"  ({r.first_error})" if r.first_error else "")
         )
 
 
+PLOTTED = (  # (panel title, y label, what of a row)
+    ("goodput", "requests/s within SLO", lambda r: r.goodput),
+    ("output tokens/s", "tokens/s", lambda r: r.tokens_per_s),
+    ("TTFT P90", "seconds", lambda r: r.ttft_p90),
+    ("TTFT P99", "seconds", lambda r: r.ttft_p99),
+)
+
+
 @skipped_without_matplotlib
 def plot(rows: list[Row], duration_s: float, path: Path, title: str) -> None:
-    """Goodput and TTFT P99 against the requests actually sent per second (sessions ramp up from time 0, so
-    fewer than the nominal rate)."""
-    fig, axes = figure(1, 2, height=4.5)
+    """Goodput, output tokens/s and TTFT P90 and P99 against the requests actually sent per second (sessions
+    ramp up from time 0, so fewer than the nominal rate)."""
+    fig, axes = figure(2, 2, height=4.5)
     fig.suptitle(textwrap.fill(title, 140), fontsize=8)
+    panels = [axes[0][0], axes[0][1], axes[1][0], axes[1][1]]
     for name in dict.fromkeys(r.path for r in rows):
         mine = sorted((r for r in rows if r.path == name), key=lambda r: r.rate)
         style = "-o" if name.startswith("motor") else "--s"
         sent = [r.requests / duration_s for r in mine]
-        axes[0][0].plot(sent, [r.goodput for r in mine], style, label=name)
-        axes[0][1].plot(sent, [r.ttft_p99 for r in mine], style, label=name)
-    axes[0][0].set(
-        xlabel="requests sent per second", ylabel="goodput (requests/s within SLO)", title="goodput"
-    )
-    axes[0][1].set(xlabel="requests sent per second", ylabel="seconds", title="TTFT P99")
-    axes[0][0].legend(fontsize=7)
+        for axis, (_, _, value) in zip(panels, PLOTTED, strict=True):
+            axis.plot(sent, [value(r) for r in mine], style, label=name)
+    for axis, (title_text, ylabel, _) in zip(panels, PLOTTED, strict=True):
+        axis.set(xlabel="requests sent per second", ylabel=ylabel, title=title_text)
+    panels[0].legend(fontsize=7)
     save(fig, path)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -660,15 +899,25 @@ def main() -> None:
         "--quick", action="store_true", help="4P+4D, rates 5 and 10, 20 s each: a few minutes"
     )
     parser.add_argument(
+        "--scenario",
+        choices=SCENARIOS,
+        default=SCENARIOS[0],
+        help="shared-pool: every prefill reads the pool; cache-pressure: tenants' prefixes need 70 %% of the "
+        "prefill engines' KV, which never read the pool (see the module's doc)",
+    )
+    parser.add_argument(
         "--engines",
         type=int,
         default=8,
-        help="prefill engines, and as many decode engines (16 for 16P+16D); their decode steps cost N/4 as much "
-        "per sequence as the reference 4P+4D engine's, so every size saturates near the same rate",
+        help="prefill engines, and as many decode engines (16 for 16P+16D); shared-pool: their decode steps "
+        "cost N/4 as much per sequence as the reference 4P+4D engine's, so every size saturates near the same rate",
     )
     parser.add_argument("--rates", default="5,8,12", help="offered requests/s, comma-separated")
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of arrivals per run")
     parser.add_argument("--motor-policies", default=",".join(MOTOR_POLICIES))
+    parser.add_argument(
+        "--workers", default="1", help="coordinator worker counts, comma-separated: one motor path each"
+    )
     parser.add_argument(
         "--router-policies",
         help="vllm-router policies, POLICY or POLICY@N (with --max-concurrent-requests N); default: "
@@ -690,61 +939,62 @@ def main() -> None:
     if args.quick:
         args.engines, args.rates, args.duration = 4, "5,10", 20.0
     args.motor_policies = [p for p in args.motor_policies.split(",") if p]
+    args.workers = [int(w) for w in args.workers.split(",") if w]
     if args.router_policies is None:
         limit = (
-            admission_bounds(cluster_capacity(args.engines))["admission_max_decode_requests"] * args.engines
+            admission_bounds(make_scenario(args.scenario, args.engines).model)[
+                "admission_max_decode_requests"
+            ]
+            * args.engines
         )
         args.router_policies = ",".join((*ROUTER_POLICIES, f"cache_aware@{limit:g}"))
     args.router_policies = [p for p in args.router_policies.split(",") if p]
-    rates = [float(rate) for rate in args.rates.split(",")]
+    args.rates = [float(rate) for rate in args.rates.split(",")]
+    return args
 
+
+def run_rows(args: argparse.Namespace, scenario: Scenario, work: Path, store_config: Path) -> list[Row]:
+    """Every path at every rate, on one cluster of engines started here (stopped by pid at the end)."""
+    kv_events = kv_events_config(work) if KV_EVENTS_POLICY in args.motor_policies else None
+    started: list[Process] = []
+    try:
+        prefill = start_engines("prefill", scenario, store_config, work, kv_events)
+        started.append(prefill.process)
+        decode = start_engines("decode", scenario, store_config, work, None)
+        started.append(decode.process)
+        cluster = Cluster(scenario, prefill, decode)
+        runs = itertools.count(1)
+        rows: list[Row] = []
+        for rate in args.rates:
+            turns = make_workload(rate, args.duration, args.seed, scenario.shape)
+            prefixes = system_prompts(rate, args.duration, args.seed, scenario.shape)
+            prefixes = prefixes if scenario.cache_pressure else []
+            for path in paths(args):
+                rows.append(measure_least_starved(path, rate, turns, prefixes, cluster, args, work, runs))
+        return rows
+    finally:
+        for process in started:
+            process.stop()
+
+
+def main() -> None:
+    args = parse_args()
+    scenario = make_scenario(args.scenario, args.engines)
     # a kill ends the run through the cleanup below (the engines, pool and router are stopped by pid)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    rows: list[Row] = []
+    print(scenario.describe())
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
         work = Path(tmp)
         master = start_pool(work)
-        started: list[Process] = []
         try:
             store_config = work / "store.json"
             store_config.write_text(json.dumps(master.store_config()))
-            model = cluster_capacity(args.engines)
-            admission = admission_bounds(model)
-            print(describe_engines(args.engines, model))
-            prefill = start_engines("prefill", args.engines, model, store_config, work)
-            started.append(prefill.process)
-            decode = start_engines("decode", args.engines, model, store_config, work)
-            started.append(decode.process)
-            run = 0
-            for rate in rates:
-                turns = make_workload(rate, args.duration, args.seed)
-                for kind, policy in paths(args):
-                    attempts: list[Row] = []
-                    for attempt in range(1 + args.starved_retries):
-                        if kind == "motor":
-                            router = start_motor(policy, prefill, decode, work, admission)
-                        else:
-                            router = start_vllm_router(policy, prefill, decode, work)
-                        try:
-                            run += 1
-                            row = measure(router, rate, turns, args, prefill, decode, run)
-                        finally:
-                            router.process.stop()
-                        row.attempts = attempt + 1
-                        attempts.append(row)
-                        print_rows([row], args)
-                        wait_idle([prefill, decode])
-                        if row.late_p99 <= args.max_send_lag:
-                            break
-                    rows.append(min(attempts, key=lambda row: row.late_p99))  # the least starved
+            rows = run_rows(args, scenario, work, store_config)
         finally:
-            for process in started:
-                process.stop()
             master.stop()
-    engines = describe_engines(args.engines, cluster_capacity(args.engines))
-    print(f"\ncpus: {os.cpu_count()}, load average at the end: {os.getloadavg()}\n{engines}")
+    print(f"\ncpus: {os.cpu_count()}, load average at the end: {os.getloadavg()}\n{scenario.describe()}")
     print_rows(rows, args)
-    plot(rows, args.duration, args.plot, engines)
+    plot(rows, args.duration, args.plot, scenario.describe())
 
 
 if __name__ == "__main__":
