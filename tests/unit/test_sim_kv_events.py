@@ -41,6 +41,7 @@ class Cluster:
         faults = FaultInjector(sim.faults, seed=0, on_crash=lambda _completed: None)
         events = PrefixCacheEvents(KvEventPublisher(self.config), self.hasher)
         self.engine = SimEngine(sim, pool=None, faults=faults, metrics=EngineMetrics(), kv_events=events)
+        self.engine.start()
         self.context = zmq.asyncio.Context()
         self.sub = self.context.socket(zmq.SUB)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
@@ -58,6 +59,22 @@ class Cluster:
         batch = decode_message(frames)
         assert batch is not None
         return batch
+
+    async def replay(self, start: int) -> list[int]:
+        """The sequences the engine's replay socket sends from `start`, up to its end marker."""
+        dealer = self.context.socket(zmq.DEALER)
+        dealer.connect(self.config.replay_endpoint)
+        try:
+            await dealer.send_multipart([b"", replay_request(start)])
+            replayed = []
+            while True:
+                assert await dealer.poll(RECEIVE_TIMEOUT_S * 1000), "the replay did not end"
+                message = decode_message((await dealer.recv_multipart())[1:])
+                if message is None:
+                    return replayed
+                replayed.append(message.sequence)
+        finally:
+            dealer.close(linger=0)
 
     async def connected(self) -> None:
         """A SUB socket misses what is published before its subscription reaches the publisher: publish
@@ -125,20 +142,16 @@ async def test_the_replay_socket_answers_from_the_asked_sequence(cluster: Cluste
     for offset in range(3):
         await cluster.generate(list(range(1000 * (offset + 1), 1000 * (offset + 1) + BLOCK + 1)))
     sequences = [(await cluster.receive()).sequence for _ in range(3)]
-    dealer = cluster.context.socket(zmq.DEALER)
-    dealer.connect(cluster.config.replay_endpoint)
+    assert await cluster.replay(sequences[1]) == sequences[1:]
+
+
+async def test_an_engine_that_published_nothing_yet_answers_a_replay_at_once(tmp_path: Path) -> None:
+    # a subscriber asks for a replay as soon as it connects, usually before the engine's first batch
+    fresh = Cluster(tmp_path, num_kv_blocks=8)
     try:
-        await dealer.send_multipart([b"", replay_request(sequences[1])])
-        replayed = []
-        while True:
-            assert await dealer.poll(RECEIVE_TIMEOUT_S * 1000)
-            message = decode_message((await dealer.recv_multipart())[1:])
-            if message is None:
-                break
-            replayed.append(message.sequence)
+        assert await fresh.replay(0) == []
     finally:
-        dealer.close(linger=0)
-    assert replayed == sequences[1:]
+        await fresh.close()
 
 
 def test_flags_are_vllms_and_unknown_keys_are_refused(capsys: pytest.CaptureFixture[str]) -> None:

@@ -82,11 +82,18 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def serve_lifespan(receive: Receive, send: Send, *, on_shutdown: Callable[[], Awaitable[None]]) -> None:
-    """The ASGI lifespan protocol: nothing to start, `on_shutdown` on the way out."""
+async def serve_lifespan(
+    receive: Receive,
+    send: Send,
+    *,
+    on_startup: Callable[[], None],
+    on_shutdown: Callable[[], Awaitable[None]],
+) -> None:
+    """The ASGI lifespan protocol: `on_startup` once the loop runs, `on_shutdown` on the way out."""
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
+            on_startup()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             await on_shutdown()
@@ -145,7 +152,10 @@ class SimApp:
             else:
                 await _send_error(send, SimError(404, f"no route {scope['path']}; see docs/sim-engine.md"))
         elif scope["type"] == "lifespan":
-            await serve_lifespan(receive, send, on_shutdown=self.close)
+            await serve_lifespan(receive, send, on_startup=self.start, on_shutdown=self.close)
+
+    def start(self) -> None:
+        self._engine.start()
 
     async def close(self) -> None:
         await self._engine.close()

@@ -149,6 +149,11 @@ class SimEngine:
         if self._kv_events is not None:
             await self._kv_events.close()
 
+    def start(self) -> None:
+        """What runs on the event loop from the start: the KV event replay service."""
+        if self._kv_events is not None:
+            self._kv_events.start()
+
     def generate(self, seq: Sequence) -> AsyncIterator[tuple[int, str | None]]:
         """Yield (token id, finish reason or None) per output token. Close the generator to abort."""
         if self._steps is None:

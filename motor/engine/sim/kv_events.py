@@ -70,11 +70,14 @@ class KvEventPublisher:
                 f"kv-events-config: cannot open {config.endpoint} / {config.replay_endpoint}: {exc}"
             ) from None
 
+    def start(self) -> None:
+        """Answer replay requests from now on (a subscriber asks for one as soon as it connects)."""
+        if self._replay is not None and self._replay_task is None:
+            self._replay_task = asyncio.get_running_loop().create_task(self._serve_replay(self._replay))
+
     def publish(self, events: list[PublishedEvent]) -> None:
         """Send one batch now (a PUB socket never blocks: past its high-water mark the batch is dropped, as
         vLLM's is, and a subscriber recovers it from the replay buffer)."""
-        if self._replay is not None and self._replay_task is None:
-            self._replay_task = asyncio.get_running_loop().create_task(self._serve_replay(self._replay))
         sequence = self._sequence
         self._sequence += 1
         payload = encode_batch(time.time(), events, self._rank)
@@ -129,8 +132,8 @@ class PrefixCacheEvents:
         self._hasher = hasher
         self._event_hashes: dict[bytes, int] = {}
 
-    def __len__(self) -> int:
-        return len(self._event_hashes)
+    def start(self) -> None:
+        self._publisher.start()
 
     def changed(
         self,

@@ -12,9 +12,13 @@ class VirtualEngines:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send, on_shutdown=self._close)
+            await serve_lifespan(receive, send, on_startup=self._start, on_shutdown=self._close)
             return
         await self._apps[scope["server"][1]](scope, receive, send)
+
+    def _start(self) -> None:
+        for app in self._apps.values():
+            app.start()
 
     async def _close(self) -> None:
         for app in self._apps.values():
