@@ -47,10 +47,6 @@ class PoolTier:
     def start(self) -> None:
         self._connecting = asyncio.create_task(self._connect())
 
-    @property
-    def connected(self) -> bool:
-        return self._probe is not None
-
     async def held_blocks(self, token_ids: Sequence[int], digests: Sequence[bytes]) -> int | None:
         """Leading blocks of the prompt in the pool; None while the pool cannot say."""
         if self._probe is None:

@@ -2,8 +2,9 @@
 
 vLLM 0.32 binds its PUB socket only for `*`, `::` or ipc:// endpoints (else it connects) and always binds the
 replay ROUTER. Locally: ipc:// sockets in the instance's run directory, or in /tmp when that path is too long for a
-unix socket (only local processes reach them); on Kubernetes: `tcp://*:<port>`, reached at the pod IP. An operator's own kv-events-config keeps its endpoint and
-topic (pyMotor's meaning); motor fills only what is missing."""
+unix socket (only local processes reach them); on Kubernetes: `tcp://*:<port>`, reached at the pod IP. An
+operator's own kv-events-config keeps its endpoint and topic (pyMotor's meaning); motor fills only what is
+missing."""
 
 import hashlib
 from dataclasses import dataclass

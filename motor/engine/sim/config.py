@@ -16,7 +16,8 @@ OWNED_BY = SIM_OWNED_BY
 
 
 class KvEventsConfig(BaseModel):
-    """vLLM 0.32's KVEventsConfig fields; anything else is refused, as vLLM refuses it."""
+    """vLLM 0.32's KVEventsConfig fields; anything else is refused, as vLLM refuses it. `max_queue_size` is
+    accepted and has no effect: the simulator sends each batch when it is made, without vLLM's queue."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
