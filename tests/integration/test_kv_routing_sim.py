@@ -124,17 +124,36 @@ def test_the_pool_tier_predicts_what_the_prefill_engines_then_load_from_the_pool
         }
     )
     assert run.plan_and_deploy() == 0
-    body = {"model": "sim-model", "prompt": prompt(0), "max_tokens": 2}
-    for _ in range(2):
+    answered = 'motor_coordinator_kv_pool_queries_total{answer="answered"}'
+    ports = [c["ports"]["engine"] for c in run.state()["components"] if c["name"].startswith("prefill-")]
+
+    def counts() -> tuple[float, float, float]:
+        loaded = sum(
+            metric_at(f"http://127.0.0.1:{port}", "vllm:external_prefix_cache_hits_total") for port in ports
+        )
+        return (
+            metric_at(run.mgmt_url, answered),
+            metric_at(run.mgmt_url, "motor_coordinator_kv_pool_blocks_total"),
+            loaded,
+        )
+
+    def complete(text: str) -> None:
+        body = {"model": "sim-model", "prompt": text, "max_tokens": 2}
         response = httpx.post(f"{run.api_url}/v1/completions", json=body, timeout=30)
         assert response.status_code == 200, response.text
 
-    assert metric_at(run.mgmt_url, 'motor_coordinator_kv_pool_queries_total{answer="answered"}') == 2
-    predicted = metric_at(run.mgmt_url, "motor_coordinator_kv_pool_blocks_total")
-    ports = [c["ports"]["engine"] for c in run.state()["components"] if c["name"].startswith("prefill-")]
-    loaded = sum(
-        metric_at(f"http://127.0.0.1:{port}", "vllm:external_prefix_cache_hits_total") for port in ports
-    )
+    # each worker connects its store client in the background: new prompts (nothing to load) until one is answered
+    for tenant in range(100, 150):
+        complete(prompt(tenant))
+        if counts()[0]:
+            break
+    else:
+        pytest.fail("the coordinator never got an answer from the pool")
+    before = counts()
+    complete(prompt(0))
+    complete(prompt(0))
+    queries, predicted, loaded = (after - start for after, start in zip(counts(), before, strict=True))
     # the first request found nothing; the second, all the blocks the first prefill wrote (prompt[:-1])
+    assert queries == 2
     assert predicted == (PROMPT_WORDS + 1) // BLOCK_SIZE
     assert loaded == predicted * BLOCK_SIZE
