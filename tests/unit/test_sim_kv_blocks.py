@@ -2,11 +2,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from motor.engine.sim.kv_blocks import (
+    SequenceContext,
     block_hashes,
     block_key,
     chain_hash,
     compute_kv,
-    context_digest,
     kv_digest,
     root_hash,
     shareable_block_count,
@@ -61,6 +61,29 @@ def test_any_flipped_byte_changes_the_fingerprint(position: int, mask: int) -> N
     assert kv_digest(bytes(damaged)) != kv_digest(kv)
 
 
-def test_context_fingerprint_depends_on_block_order() -> None:
-    assert context_digest([1, 2]) != context_digest([2, 1])
-    assert context_digest([1, 2]) == context_digest([1, 2])
+def _fresh_context(tokens: list[int], block_size: int = 4, kv_bytes_per_token: int = 8) -> SequenceContext:
+    """The context a prefill of `tokens` computes (every block's KV computed from its hash)."""
+    hashes = block_hashes(tokens, block_size, ROOT)
+    digests = [kv_digest(compute_kv(h, block_size * kv_bytes_per_token)) for h in hashes]
+    last = hashes[-1] if hashes else ROOT
+    return SequenceContext(
+        tokens, digests, last, block_size=block_size, kv_bytes_per_token=kv_bytes_per_token
+    )
+
+
+@given(st.lists(st.integers(3, 8191), min_size=1, max_size=20), st.lists(st.integers(3, 8191), max_size=20))
+def test_a_context_extended_by_decoding_equals_a_fresh_prefill_of_the_whole_sequence(
+    prompt: list[int], output: list[int]
+) -> None:
+    context = _fresh_context(prompt)
+    for token in output:
+        context.append(token)
+    assert context.digest() == _fresh_context(prompt + output).digest()
+
+
+def test_the_context_depends_on_every_token_and_its_order() -> None:
+    digests = {
+        _fresh_context(tokens).digest()
+        for tokens in ([5, 6, 7, 8, 9, 10], [6, 5, 7, 8, 9, 10], [5, 6, 7, 8, 9])
+    }
+    assert len(digests) == 3

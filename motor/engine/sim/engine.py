@@ -14,11 +14,10 @@ from motor.engine.sim.config import SimConfig
 from motor.engine.sim.errors import SimError
 from motor.engine.sim.faults import FaultInjector
 from motor.engine.sim.kv_blocks import (
+    SequenceContext,
     block_hashes,
     block_key,
-    chain_hash,
     compute_kv,
-    context_digest,
     kv_digest,
     root_hash,
     transfer_key,
@@ -273,7 +272,7 @@ class SimEngine:
             prompt_kv.blocks.append(HeldBlock(kv, kv_digest(kv)))
         return prompt_kv
 
-    async def _prefill(self, seq: Sequence, hashes: list[bytes], prompt_kv: _PromptKv) -> bytes:
+    async def _prefill(self, seq: Sequence, hashes: list[bytes], prompt_kv: _PromptKv) -> SequenceContext:
         """Compute what the sequence lacks, pay the prefill time, share the blocks; returns the KV fingerprint."""
         context = self._compute_prompt_kv(seq, hashes, prompt_kv)
         uncached = len(seq.request.prompt_token_ids) - seq.cached_tokens
@@ -288,7 +287,7 @@ class SimEngine:
         await self._publish_prompt_kv(seq, hashes, prompt_kv)
         return context
 
-    def _compute_prompt_kv(self, seq: Sequence, hashes: list[bytes], prompt_kv: _PromptKv) -> bytes:
+    def _compute_prompt_kv(self, seq: Sequence, hashes: list[bytes], prompt_kv: _PromptKv) -> SequenceContext:
         """Count the prompt's tokens by source and compute the blocks it lacks; returns the KV fingerprint."""
         config = self._config
         prompt = seq.request.prompt_token_ids
@@ -297,12 +296,13 @@ class SimEngine:
         for block_hash in hashes[len(blocks) :]:
             kv = compute_kv(block_hash, config.block_bytes)
             blocks.append(HeldBlock(kv, kv_digest(kv)))
-        shared_tokens = len(hashes) * config.block_size
-        tail = prompt[shared_tokens:]
-        tail_kv = compute_kv(
-            chain_hash(hashes[-1] if hashes else self._root, tail), len(tail) * config.kv_bytes_per_token
+        return SequenceContext(
+            prompt,
+            [block.digest for block in blocks],
+            hashes[-1] if hashes else self._root,
+            block_size=config.block_size,
+            kv_bytes_per_token=config.kv_bytes_per_token,
         )
-        return context_digest([block.digest for block in blocks] + [kv_digest(tail_kv)])
 
     async def _publish_prompt_kv(self, seq: Sequence, hashes: list[bytes], prompt_kv: _PromptKv) -> None:
         """The prompt's blocks are computed: keep them in the prefix cache and share them through the pool."""
@@ -372,7 +372,7 @@ class SimEngine:
             manifest = transfer_manifest(config, block_keys=shared, kv_error=kv_error)
             await self._pool.write_manifest(transfer_key(config.model_name, transfer.transfer_id), manifest)
 
-    async def _decode(self, seq: Sequence, context: bytes) -> AsyncIterator[tuple[int, str | None]]:
+    async def _decode(self, seq: Sequence, context: SequenceContext) -> AsyncIterator[tuple[int, str | None]]:
         latency = self._config.latency
         for position in range(seq.request.max_tokens):
             if position:
@@ -382,12 +382,14 @@ class SimEngine:
             if finish is not None:
                 return
 
-    def _next_token(self, seq: Sequence, context: bytes) -> tuple[int, str | None]:
+    def _next_token(self, seq: Sequence, context: SequenceContext) -> tuple[int, str | None]:
         """Append the sequence's next output token; returns it and the finish reason once it is the last."""
         request = seq.request
         position = len(seq.output_token_ids)
-        token = output_token(context, request.seed, position, allow_eos=position >= request.min_tokens)
+        allow_eos = position >= request.min_tokens
+        token = output_token(context.digest(), request.seed, len(context.tokens), allow_eos=allow_eos)
         seq.output_token_ids.append(token)
+        context.append(token)
         self._metrics.generation_tokens += 1
         finish = None
         if token == EOS_ID and not request.ignore_eos:

@@ -20,11 +20,11 @@ from motor.kv.pool_keys import sim_root_hash as root_hash
 
 __all__ = [
     "KEY_PREFIX",
+    "SequenceContext",
     "block_hashes",
     "block_key",
     "chain_hash",
     "compute_kv",
-    "context_digest",
     "kv_digest",
     "root_hash",
     "shareable_block_count",
@@ -53,6 +53,50 @@ def kv_digest(kv: bytes) -> int:
     return zlib.crc32(kv)
 
 
-def context_digest(block_digests: Sequence[int]) -> bytes:
-    """The fingerprint of a sequence's whole KV, from its blocks' fingerprints in order."""
-    return hashlib.blake2b(struct.pack(f"<{len(block_digests)}I", *block_digests), digest_size=16).digest()
+class SequenceContext:
+    """The fingerprint of everything a sequence holds (prompt and output so far) as decoding extends it.
+
+    The digest after n output tokens equals that of a fresh prefill of prompt + those n tokens: full blocks of
+    `tokens[:-1]` by their KV fingerprints, the rest as one tail "block" (what `_compute_prompt_kv` does for a
+    prompt). So an output token, a function of this digest, depends on the whole context the way a model's
+    does, and a request replayed with its output so far appended to the prompt continues exactly.
+    """
+
+    __slots__ = ("_block_bytes", "_blocks", "_bytes_per_token", "_parent", "_shared", "_size", "tokens")
+
+    def __init__(
+        self,
+        tokens: Sequence[int],
+        block_digests: Sequence[int],
+        last_block_hash: bytes,
+        *,
+        block_size: int,
+        kv_bytes_per_token: int,
+    ) -> None:
+        """`block_digests`: the fingerprints of the KV the engine holds for the shareable blocks of `tokens`
+        (held bytes, so KV that arrived corrupted changes every later token); `last_block_hash`: the chain
+        hash of the last of them (the root when there is none)."""
+        self.tokens = list(tokens)
+        self._size = block_size
+        self._bytes_per_token = kv_bytes_per_token
+        self._block_bytes = block_size * kv_bytes_per_token
+        self._shared = len(block_digests) * block_size
+        self._parent = last_block_hash
+        self._blocks = hashlib.blake2b(digest_size=16)
+        self._blocks.update(struct.pack(f"<{len(block_digests)}I", *block_digests))
+
+    def digest(self) -> bytes:
+        tail = self.tokens[self._shared :]
+        tail_kv = compute_kv(chain_hash(self._parent, tail), len(tail) * self._bytes_per_token)
+        whole = self._blocks.copy()
+        whole.update(struct.pack("<I", kv_digest(tail_kv)))
+        return whole.digest()
+
+    def append(self, token: int) -> None:
+        tokens = self.tokens
+        tokens.append(token)
+        if shareable_block_count(len(tokens), self._size) * self._size > self._shared:
+            end = self._shared + self._size
+            self._parent = chain_hash(self._parent, tokens[self._shared : end])
+            self._blocks.update(struct.pack("<I", kv_digest(compute_kv(self._parent, self._block_bytes))))
+            self._shared = end
