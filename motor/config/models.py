@@ -306,11 +306,53 @@ class SchedulerConfig(Section):
         return data
 
 
+class RescheduleConfig(Section):
+    """Replay of a stream whose engine failed after its output started (docs/chaos.md, "Replay")."""
+
+    enable: Bool = False
+
+
+# pyMotor's older spellings in exception_config: key → (its current key, the sub-section holding it or None)
+_EXCEPTION_ALIASES = {
+    "recompute_enabled": ("enable", "reschedule_config"),
+    "reschedule_enabled": ("enable", "reschedule_config"),
+    "recompute_max_retry": ("transport_max_retry", None),
+}
+
+
 class ExceptionConfig(Section):
     max_retry: Annotated[int, Strict(), Field(ge=0, le=100)] = 5
     retry_delay: Annotated[float, Strict(), Field(ge=0)] = 0.2
     first_token_timeout: PositiveSeconds = 600.0
     infer_timeout: PositiveSeconds = 3600.0
+    transport_max_retry: Annotated[
+        int | None, Strict(), Field(ge=0, le=100, description="null: max_retry")
+    ] = None
+    reschedule_config: RescheduleConfig = Field(default_factory=RescheduleConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_spellings(cls, data: object) -> object:
+        """Fold pyMotor's older keys into the current ones; a key set both ways, the current one wins."""
+        if not isinstance(data, dict) or not any(key in data for key in _EXCEPTION_ALIASES):
+            return data
+        data = dict(data)
+        for old, (key, section) in _EXCEPTION_ALIASES.items():
+            if old not in data:
+                continue
+            value = data.pop(old)
+            if section is None:
+                data.setdefault(key, value)
+                continue
+            nested = data.get(section)
+            if nested is None or isinstance(nested, dict):
+                data[section] = {key: value, **(nested or {})}
+        return data
+
+    @property
+    def replay_retries(self) -> int:
+        """How many times one request's stream may be replayed."""
+        return self.max_retry if self.transport_max_retry is None else self.transport_max_retry
 
 
 class TimeoutConfig(Section):

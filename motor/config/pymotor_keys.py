@@ -404,20 +404,21 @@ _warned_section(
 )
 _X = f"{_K}.exception_config"
 _implemented(_X, "max_retry retry_delay first_token_timeout infer_timeout")
-_warned(
+_implemented(
     _X,
     "transport_max_retry recompute_max_retry",
-    "max_retry bounds every retry (transport failures and recompute alike)",
+    "replays of one stream (null: max_retry); recompute_max_retry is pyMotor's older spelling",
 )
-_warned(
+_implemented(
     _X,
     "recompute_enabled reschedule_enabled",
-    "motor always retries a request that fails before its first token reaches the client",
+    "pyMotor's older spellings of reschedule_config.enable",
 )
-_warned_section(
+_implemented(_X, "reschedule_config", "replay of a stream whose engine fails after output started")
+_implemented(
     f"{_X}.reschedule_config",
     "enable",
-    "motor always retries a request that fails before its first token reaches the client",
+    "a stream whose engine fails after output started is replayed (prompt + tokens so far) and spliced",
 )
 _warned(_X, "connect_timeout", "connection setup counts against first_token_timeout")
 _warned(_X, "upstream_error_body_max_bytes", "engine errors reach the client as OpenAI-style error bodies")

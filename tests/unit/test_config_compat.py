@@ -41,15 +41,14 @@ def test_legacy_model_config_merges_with_engine_config_winning():
 
 def test_unimplemented_pymotor_keys_warn_instead_of_failing():
     user, env = seed()
-    user["motor_coordinator_config"]["exception_config"]["recompute_enabled"] = True
+    user["motor_coordinator_config"]["exception_config"]["connect_timeout"] = 3
     user["motor_controller_config"]["observability_config"] = {"observability_enable": False}
     user["north_config"] = {"name": "x"}
     env["motor_mf_store_env"] = {}
     topology = load_documents(user, env)
     joined = "\n".join(topology.warnings)
     assert (
-        "motor_coordinator_config.exception_config.recompute_enabled: pyMotor setting not implemented"
-        in joined
+        "motor_coordinator_config.exception_config.connect_timeout: pyMotor setting not implemented" in joined
     )
     assert "motor_controller_config.observability_config" in joined
     assert "north_config" in joined
@@ -96,3 +95,17 @@ def test_kv_conductor_config_is_validated_and_reported_as_not_deployed():
     with pytest.raises(ConfigError) as caught:
         load_documents(user, env)
     assert caught.value.issues[0].path == "kv_conductor_config.http_server_port"
+
+
+def test_reschedule_config_and_its_older_spellings():
+    user, env = seed()
+    exceptions = user["motor_coordinator_config"]["exception_config"]
+    exceptions.update(recompute_enabled=True, recompute_max_retry=2, max_retry=4)
+    config = load_documents(user, env).user.motor_coordinator_config.exception_config
+    assert config.reschedule_config.enable is True
+    assert config.replay_retries == 2
+    exceptions.pop("recompute_max_retry")
+    exceptions["reschedule_config"] = {"enable": False}  # the current key wins over the older one
+    config = load_documents(user, env).user.motor_coordinator_config.exception_config
+    assert config.reschedule_config.enable is False
+    assert config.replay_retries == 4  # transport_max_retry unset: max_retry

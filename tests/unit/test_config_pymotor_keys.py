@@ -20,6 +20,10 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "pymotor-compat.md"
 FOLDED = {
     "motor_nodemanager_config",
     "kv_cache_store_config.backend",
+    *(
+        f"motor_coordinator_config.exception_config.{key}"
+        for key in ("recompute_enabled", "reschedule_enabled", "recompute_max_retry")
+    ),
     *(f"{section}.model_config" for section in ENGINE_SECTIONS),
     *(
         f"motor_coordinator_config.scheduler_config.kv_affinity_{key}"
