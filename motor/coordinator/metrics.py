@@ -99,6 +99,19 @@ class CoordinatorMetrics:
             ["role", "reason"],
             registry=registry,
         )
+        self.replays = Counter(
+            "motor_coordinator_replays",
+            "Streams whose engine failed after output started, by what followed: resumed (replayed and spliced), "
+            "completed (the answer was whole, only its end was missing) or refused (with the reason)",
+            ["outcome"],
+            registry=registry,
+        )
+        self.resume_gap = Histogram(
+            "motor_coordinator_replay_resume_seconds",
+            "Replayed streams: last output event before the failure → first output event of the replay",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.cancelled_legs = Counter(
             "motor_coordinator_cancelled_legs",
             "Engine legs closed by the coordinator before they finished",

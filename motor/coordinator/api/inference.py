@@ -8,12 +8,19 @@ from collections.abc import Collection
 from functools import partial
 
 from motor.coordinator.api.health import health, version
-from motor.coordinator.client_request import Api, parse_request
+from motor.coordinator.client_request import Api, ClientRequest, parse_request
 from motor.coordinator.core import Core
 from motor.coordinator.dispatch.dispatch import Dispatch, new_request_id
 from motor.coordinator.dispatch.failures import ABORTS, EngineRejected, LegFailure, open_with_retries
 from motor.coordinator.dispatch.flows import choose_flow
-from motor.coordinator.dispatch.relay import relay_full, relay_stream
+from motor.coordinator.dispatch.relay import relay_full, relay_replaying, relay_stream
+from motor.coordinator.dispatch.replay import (
+    Replayer,
+    StreamLedger,
+    arm,
+    engine_context_length,
+    replay_refusal,
+)
 from motor.coordinator.http.asgi import (
     CLOSE,
     ON_DISCONNECT,
@@ -31,6 +38,7 @@ from motor.coordinator.http.asgi import (
 from motor.coordinator.http.errors import HttpError
 from motor.coordinator.http.server import HttpServer, coordinator_server
 from motor.coordinator.http.sse import error_events
+from motor.coordinator.registry import Target
 from motor.protocol.specs import TlsFiles
 
 log = logging.getLogger(__name__)
@@ -54,6 +62,8 @@ class InferenceApp:
         self.created = int(time.time())
         self._choose_flow = partial(choose_flow, core.profile, core.registry)
         self.max_connections = core.config.request_limit.max_connections
+        self.replay = core.config.exception_config.reschedule_config.enable
+        self._replayer: Replayer | None = None
         # The server's open connections (`serve_connections`); requests on connections beyond the cap are refused.
         self.connections: Collection[object] = ()
 
@@ -157,8 +167,11 @@ class InferenceApp:
             request = parse_request(api, raw, core.models(), core.config.input_config)
             if core.kv is not None:
                 await core.kv.prepare(request.body, api, request.demand)
+            ledger = (
+                arm(request) if self.replay and request.stream and replay_refusal(request) is None else None
+            )
             dispatch = Dispatch(core.dispatch_context, request, request_id, client_rid)
-            status = await self._serve(dispatch, scope, send)
+            status = await self._serve(dispatch, scope, send, ledger)
         except HttpError as error:
             status = error.status
             if (
@@ -197,7 +210,7 @@ class InferenceApp:
             ],
         )
 
-    async def _serve(self, d: Dispatch, scope: Scope, send: Send) -> int:
+    async def _serve(self, d: Dispatch, scope: Scope, send: Send, ledger: StreamLedger | None) -> int:
         core = self.core
         d.attach(asyncio.current_task())  # type: ignore[arg-type]
         core.active.add(d)
@@ -226,6 +239,8 @@ class InferenceApp:
                 await send_error(send, error, headers=[(b"x-request-id", d.rid)])
                 return failure.status
             response_started = True
+            if ledger is not None:
+                return await relay_replaying(attempt, send, core.metrics, ledger, self.replayer())
             if d.request.stream:
                 return await relay_stream(attempt, send, core.metrics)
             return await relay_full(attempt, send)
@@ -237,6 +252,29 @@ class InferenceApp:
         finally:
             d.close()
             core.active.discard(d)
+
+    def replayer(self) -> Replayer:
+        """Built on first use: it needs the upstream pool, which exists once the core started."""
+        if self._replayer is None:
+            core = self.core
+            kv = core.kv
+
+            async def prepare(request: ClientRequest) -> None:
+                if kv is not None:
+                    await kv.prepare(request.body, request.api, request.demand)
+
+            def targets() -> list[Target]:
+                return [t for role in ("union", "decode", "prefill") for t in core.registry.targets(role)]
+
+            read_timeout = core.config.timeout_config.read_timeout
+            self._replayer = Replayer(
+                choose_flow=self._choose_flow,
+                prepare=prepare,
+                max_model_len=engine_context_length(targets, core.pool, read_timeout),
+                exceptions=core.config.exception_config,
+                count=lambda outcome: core.metrics.replays.labels(outcome).inc(),
+            )
+        return self._replayer
 
     async def _aborted(self, d: Dispatch, send: Send, response_started: bool) -> int:
         kind = d.abort_kind

@@ -301,6 +301,8 @@ class Attempt:
         # A retry may land where a cancelled leg of this request is still being torn down; engines refuse a
         # request id they still hold, so later attempts carry their own.
         rid = dispatch.request_id
+        if dispatch.replays:
+            rid = f"{rid}-replay{dispatch.replays}"
         self.engine_rid = rid.encode() if number == 0 else f"{rid}-retry{number}".encode()
         self.phase = ADMITTED
         self.since = time.perf_counter()

@@ -46,6 +46,7 @@ class Dispatch:
         "context",
         "deadline",
         "loop",
+        "replays",
         "request",
         "request_id",
     )
@@ -69,6 +70,7 @@ class Dispatch:
         self.attempt: Attempt | None = None
         self.abort_kind: str | None = None
         self.closed = False
+        self.replays = 0  # times the stream was replayed after its output started (`replay.py`)
         self._excluded: dict[str, set[str]] | None = None
         self._waited = 0.0
         self._extra_overhead = 0.0
@@ -88,6 +90,7 @@ class Dispatch:
         return f"{self.request_id} (client id {self.client_rid.decode()})"
 
     def new_attempt(self) -> Attempt:
+        """The next attempt; a replay starts over from attempt 0 (`replay.py` clears `attempt` first)."""
         number = 0 if self.attempt is None else self.attempt.number + 1
         attempt = self.attempt = Attempt(self, number)
         return attempt

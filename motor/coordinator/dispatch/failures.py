@@ -65,6 +65,9 @@ FAILURES: dict[str, FailureRule] = {
     # a prefill leg missed its own deadline (prompt size / the instance's measured prefill rate): the leg is
     # closed and moves to another prefill instance; the instance counts a stall (repeated ones degrade it)
     "prefill_stalled": FailureRule(True, True, 504, UPSTREAM_ERROR, "prefill_stalled"),
+    # the engine ended a stream with stop_reason "recomputed" (it dropped the request's KV): replayed elsewhere
+    # when reschedule_config is on (the instance is not at fault), else the stream ends with this code
+    "recomputed": FailureRule(True, False, 502, UPSTREAM_ERROR, "recomputed"),
     # a stream that ended without [DONE]: only ever after output, so only its stream code matters
     "incomplete_stream": FailureRule(False, False, 502, UPSTREAM_ERROR, "incomplete_stream"),
     # any other 4xx: the request itself is refused, another instance would refuse it too; answered as is

@@ -2,13 +2,14 @@
 
 Streams are relayed event by event as the engine produces them. The attempt is STREAMING by then, so a failure
 can no longer be retried; the stream ends with an explicit error event (the failure table's `stream_code`)
-and `data: [DONE]`.
+and `data: [DONE]` — unless the request is armed for replay (`replay.py`, `relay_replaying`).
 """
 
 import time
 
 from motor.coordinator.dispatch.attempt import Attempt
-from motor.coordinator.dispatch.failures import LegFailure
+from motor.coordinator.dispatch.failures import LegFailure, describe
+from motor.coordinator.dispatch.replay import RECOMPUTED, Replayer, StreamLedger
 from motor.coordinator.http import jsonio
 from motor.coordinator.http.asgi import JSON, Send
 from motor.coordinator.http.sse import USAGE_MARK, error_events, rewrite_usage_events, set_cached_tokens
@@ -129,3 +130,72 @@ def _merge_usage(body: bytes, cached_tokens: int | None) -> bytes:
     if cached_tokens is not None:
         set_cached_tokens(response, cached_tokens)
     return jsonio.dumps(response)
+
+
+async def relay_replaying(
+    attempt: Attempt, send: Send, metrics: CoordinatorMetrics, ledger: StreamLedger, replayer: Replayer
+) -> int:
+    """`relay_stream` for an armed request (`replay.py`): every event goes through the ledger, and a failure
+    after output replays the request and splices the continuation into the same client stream."""
+    d = attempt.dispatch
+    headers = [*STREAM_HEADERS, (b"x-request-id", d.rid)]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    read_timeout = attempt.context.limits.timeouts.read_timeout
+    last = 0.0
+    while True:
+        leg = attempt.client
+        assert leg is not None and leg.splitter is not None and leg.connection is not None
+        splitter, connection, target = leg.splitter, leg.connection, leg.target
+        pending = leg.first
+        failure: LegFailure | None = None
+        while failure is None:
+            if pending:
+                if attempt.pd and ledger.replays == 0 and USAGE_MARK in pending:
+                    ledger.cached_tokens = await attempt.prefill_cached_tokens()
+                events, signal = ledger.process(pending)
+                if events:
+                    now = time.perf_counter()
+                    if not last:
+                        metrics.ttft_batch.observe(now - d.arrival)
+                    elif ledger.last_output_at == 0.0:
+                        metrics.resume_gap.observe(now - last)
+                    count = events.count(b"data: {")
+                    if count:
+                        if last and ledger.last_output_at:
+                            metrics.itl_batch.observe((now - last) / count, count)
+                        last = ledger.last_output_at = now
+                    d.sending(now)
+                    await send({"type": "http.response.body", "body": events, "more_body": True})
+                    d.sent()
+                if signal is not None:
+                    kind = "recomputed" if signal == RECOMPUTED else "error_event"
+                    message = f"{target.role} instance {target.instance_id} ended the stream as recomputed"
+                    failure = leg.failed(
+                        kind, message if kind == "recomputed" else f"{describe(target)}: {signal}"
+                    )
+                    break
+            started = time.perf_counter()
+            try:
+                chunk = await connection.next_chunk(d.deadline, read_timeout)
+            except UpstreamError as exc:
+                failure = leg.upstream_failed(exc)
+                break
+            finally:
+                d.add_wait(time.perf_counter() - started)
+            if chunk is None:
+                if splitter.done:
+                    attempt.finish()
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    return 200
+                failure = leg.failed(
+                    "incomplete_stream", f"{describe(target)} ended the stream without [DONE]"
+                )
+                break
+            pending = splitter.feed(chunk)
+        attempt.stream_failed(failure)
+        ledger.last_output_at = 0.0  # the next output closes the resume gap
+        outcome = await replayer.replay(d, ledger, failure)
+        if isinstance(outcome, bytes):
+            await send({"type": "http.response.body", "body": outcome, "more_body": False})
+            return 200
+        attempt = outcome

@@ -361,3 +361,19 @@ class UpstreamPool:
             while idle:
                 idle.pop().abort()
         self._idle.clear()
+
+
+async def get(pool: UpstreamPool, host: str, port: int, path: bytes, timeout: float) -> tuple[int, bytes]:
+    """One GET with its whole answer within `timeout`: (status, body); raises UpstreamError."""
+    head = b"GET %b HTTP/1.1\r\nhost: %b:%d\r\ncontent-length: 0\r\n\r\n" % (path, host.encode(), port)
+    track: list[UpstreamConnection] = []
+    deadline = pool.loop.time() + timeout
+    try:
+        connection = await pool.request(host, port, head, b"", head_deadline=deadline, track=track)
+        body = await connection.read_body(deadline, timeout)
+    except BaseException:
+        for connection in track:
+            connection.abort()
+        raise
+    connection.release()
+    return connection.status, body
