@@ -106,7 +106,8 @@ def render(view: JobView) -> RenderableType:
             str(component.restarts),
         )
     parts.append(components)
-    parts += _render_instances(view.controller)
+    open_circuits = view.traffic.open_circuits if isinstance(view.traffic, Traffic) else None
+    parts += _render_instances(view.controller, open_circuits)
     parts.append(_render_traffic(view.traffic))
     parts.append(_render_pool(view.pool))
     return Group(*parts)
@@ -126,15 +127,19 @@ def _table(*columns: str, title: str | None = None) -> Table:
     return Table(*columns, box=None, title=title, title_justify="left", header_style="bold", pad_edge=False)
 
 
-def _render_instances(controller: ControllerState | str) -> list[RenderableType]:
+def _render_instances(
+    controller: ControllerState | str, open_circuits: frozenset[str] | None
+) -> list[RenderableType]:
+    """`open_circuits`: from the coordinator's metrics (None: not scraped)."""
     if isinstance(controller, str):
         return [Text(f"instances: {controller}")]
     per_role = _table("ROLE", "INITIAL", "ACTIVE", "INACTIVE", title="instances per role and status")
     counts = Counter((view.instance.role, view.instance.status) for view in controller.instances)
     for role in sorted({role for role, _ in counts}):
         per_role.add_row(role, *(str(counts[(role, status)]) for status in ("initial", "active", "inactive")))
-    rows = _table("INSTANCE", "ROLE", "STATUS", "ENGINE", "RESTARTS", "LAST HEARTBEAT", "ENDPOINT")
+    rows = _table("INSTANCE", "ROLE", "STATUS", "ENGINE", "RESTARTS", "LAST HEARTBEAT", "CIRCUIT", "ENDPOINT")
     for view in controller.instances:
+        circuit = "-" if open_circuits is None else "open" if view.instance.id in open_circuits else "closed"
         rows.add_row(
             view.instance.id,
             view.instance.role,
@@ -142,10 +147,11 @@ def _render_instances(controller: ControllerState | str) -> list[RenderableType]
             view.engine_state,
             str(view.engine_restarts),
             f"{view.seconds_since_heartbeat:.1f} s ago",
+            circuit,
             view.instance.endpoints[0].base_url,
         )
     if not controller.instances:
-        rows.add_row("(none registered)", "", "", "", "", "", "")
+        rows.add_row("(none registered)", "", "", "", "", "", "", "")
     parts: list[RenderableType] = [per_role, rows]
     for link in controller.coordinators:
         if link.pending:

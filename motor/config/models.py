@@ -465,10 +465,31 @@ class InferenceWorkersConfig(Section):
     num_workers: Annotated[int, Strict(), Field(ge=1, le=64)] = 1
 
 
+class CircuitConfig(Section):
+    """Per-instance circuit breakers (docs/chaos.md, "Circuit breakers"): `failure_threshold` consecutive leg
+    failures that are the instance's fault open its circuit for `min(base_timeout_s * 2**(trips - 1),
+    max_timeout_s)`; then the instance gets legs again once its endpoints answer GET /health."""
+
+    enable: Bool = True
+    failure_threshold: Annotated[int, Strict(), Field(ge=1, le=1000)] = 3
+    base_timeout_s: PositiveSeconds = 30.0
+    max_timeout_s: PositiveSeconds = 300.0
+
+    @model_validator(mode="after")
+    def _max_not_below_base(self) -> "CircuitConfig":
+        if self.max_timeout_s < self.base_timeout_s:
+            raise ValueError(
+                f"max_timeout_s ({self.max_timeout_s:g}) is below base_timeout_s ({self.base_timeout_s:g}): "
+                "raise max_timeout_s or lower base_timeout_s"
+            )
+        return self
+
+
 class CoordinatorConfig(Section):
     logging_config: LoggingConfig = LoggingConfig()
     scheduler_config: SchedulerConfig = SchedulerConfig()
     exception_config: ExceptionConfig = ExceptionConfig()
+    circuit_config: CircuitConfig = CircuitConfig()
     timeout_config: TimeoutConfig = TimeoutConfig()
     api_key_config: ApiKeyConfig = ApiKeyConfig()
     rate_limit_config: RateLimitConfig = RateLimitConfig()

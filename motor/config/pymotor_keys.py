@@ -393,7 +393,8 @@ _implemented(
 _warned(
     _S,
     "enable_pd_separation_fallback_to_hybrid",
-    "motor always serves aggregated on prefill instances while no decode instance is up",
+    "motor always serves aggregated on prefill instances while no decode instance is up or routable (open "
+    "circuits)",
 )
 _warned_section(
     f"{_S}.kv_conductor_config",
@@ -501,10 +502,14 @@ _warned_section(
     "kv_store_backend kv_store_service kv_store_metrics_port",
     "the coordinator's /metrics is computed per scrape; the pool master serves its own /metrics",
 )
-_warned_section(
+_implemented(
+    _K, "circuit_config", "per-instance circuit breakers, kept by the process that holds the instance set"
+)
+_implemented(
     f"{_K}.circuit_config",
     "enable failure_threshold base_timeout_s max_timeout_s",
-    "instances that fail are retried elsewhere and removed by the controller when their heartbeats stop",
+    "consecutive failures open an instance's circuit for min(base·2^(trips-1), max) s; it gets legs again once "
+    "its endpoints answer /health; a leg that succeeds resets it",
 )
 _warned_section(
     f"{_K}.render_config",

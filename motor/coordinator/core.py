@@ -5,10 +5,12 @@ import contextlib
 import time
 from typing import TYPE_CHECKING
 
+from motor.config.models import CircuitConfig
 from motor.coordinator.api.auth import ApiKeyVerifier
 from motor.coordinator.api.limits import InFlightLimit, SharedState, TokenBucket
+from motor.coordinator.circuits.keeper import CircuitKeeper
 from motor.coordinator.dispatch.callbacks import CallbackRegistry
-from motor.coordinator.dispatch.context import DispatchContext, DispatchLimits
+from motor.coordinator.dispatch.context import CircuitSink, DispatchContext, DispatchLimits
 from motor.coordinator.dispatch.observe import MetricsObserver
 from motor.coordinator.http.upstream import UpstreamPool
 from motor.coordinator.kv_events.routing import KvRouting
@@ -35,7 +37,10 @@ class Core:
         *,
         shared: SharedState | None = None,
         worker_index: int = 0,
+        circuit_reporter: CircuitSink | None = None,
     ) -> None:
+        """`circuit_reporter`: where a worker process sends its legs' outcomes (its supervisor keeps the
+        breakers); without one this process keeps them itself (`circuit_keeper`)."""
         config = settings.config
         self.settings = settings
         self.config = config
@@ -62,6 +67,13 @@ class Core:
         )
         self.scheduler.health_changed = self.observer.health_changed
         self.registry.subscribe(self.scheduler.set_targets)
+        self.circuit_keeper: CircuitKeeper | None = None
+        self.circuits: CircuitSink | None = None
+        if config.circuit_config.enable:
+            if circuit_reporter is None:
+                self.circuit_keeper = keep_circuits(config.circuit_config, self.registry)
+                circuit_reporter = self.circuit_keeper
+            self.circuits = circuit_reporter
         if self.kv is not None:
             self.registry.subscribe(self.kv.subscriber.set_targets)
         self.callbacks = CallbackRegistry()
@@ -95,9 +107,11 @@ class Core:
         )
         # what every request's dispatch uses of this process (the loop and the pool exist from here on)
         self.dispatch_context = DispatchContext(
-            self.loop, self.scheduler, self.pool, self.observer, self.callbacks, limits
+            self.loop, self.scheduler, self.pool, self.observer, self.callbacks, limits, self.circuits
         )
         self._sweeper = asyncio.create_task(self._sweep())
+        if self.circuit_keeper is not None:
+            self.circuit_keeper.start()
         if self.kv is not None:
             self.kv.start()
 
@@ -110,6 +124,8 @@ class Core:
         for dispatch in list(self.active):
             dispatch.expire("shutdown")
         self.pool.close()
+        if self.circuit_keeper is not None:
+            await self.circuit_keeper.stop()
         if self.kv is not None:
             await self.kv.close()
 
@@ -137,6 +153,13 @@ class Core:
                 kind = dispatch.expiry(now, loop_now, write_timeout)
                 if kind is not None:
                     dispatch.expire(kind)
+
+
+def keep_circuits(config: CircuitConfig, registry: InstanceRegistry) -> CircuitKeeper:
+    """The breakers of the instances in `registry`, kept in this process: open circuits leave its routing."""
+    keeper = CircuitKeeper(config, registry.snapshot, lambda view: registry.set_open_circuits(view.open))
+    registry.subscribe(lambda _: keeper.instances_changed())
+    return keeper
 
 
 def kv_routing(settings: CoordinatorSettings, metrics: CoordinatorMetrics) -> KvRouting:

@@ -2,7 +2,8 @@
 
 Each endpoint of a registered instance becomes a `Target`: an address, nothing that changes per request (the
 scheduler keeps the load). Targets keep their identity across refresh events as long as the instance id,
-address, role and engine id stay the same; `routable` follows the instance's status.
+address, role and engine id stay the same; `routable` follows the instance's status and its circuit (an
+instance whose circuit breaker is open gets no legs: `set_open_circuits`).
 """
 
 from collections import Counter
@@ -47,6 +48,12 @@ class InstanceRegistry:
         self._targets: dict[str, Target] = {}
         self._by_role: TargetsByRole = {role: [] for role in ROLES}
         self._listeners: list[Listener] = []
+        self.open_circuits: frozenset[str] = frozenset()
+
+    def set_open_circuits(self, instance_ids: frozenset[str]) -> None:
+        if instance_ids != self.open_circuits:
+            self.open_circuits = instance_ids
+            self._rebuild()
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -84,8 +91,9 @@ class InstanceRegistry:
     def _rebuild(self) -> None:
         targets: dict[str, Target] = {}
         by_role: TargetsByRole = {role: [] for role in ROLES}
+        blocked = self.open_circuits
         for instance in self.instances.values():
-            routable = instance.status == ROUTABLE_STATUS
+            routable = instance.status == ROUTABLE_STATUS and instance.id not in blocked
             for endpoint in instance.endpoints:
                 key = f"{instance.id}@{endpoint.host}:{endpoint.port}"
                 target = self._targets.get(key)

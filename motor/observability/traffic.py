@@ -1,6 +1,6 @@
 """Request rate and TTFT quantiles from two scrapes of a coordinator's /metrics (what `motor status --watch`
 shows), computed as Prometheus would: counter deltas over the time between the scrapes, and quantiles by
-linear interpolation inside the histogram bucket that holds them."""
+linear interpolation inside the histogram bucket that holds them; and the instances whose circuit is open."""
 
 import math
 import ssl
@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 REQUESTS = "motor_coordinator_requests"
 TTFT = "motor_coordinator_ttft_seconds"
+CIRCUIT_OPEN = "motor_coordinator_circuit_open"
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,7 @@ class CoordinatorSample:
     requests: float  # answered requests, every route and status
     errors: float  # answered with a non-2xx status
     ttft_buckets: dict[float, float] = field(default_factory=dict)  # upper bound → cumulative count
+    open_circuits: frozenset[str] = frozenset()  # instance ids
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class Traffic:
     errors: float
     ttft_p50: float | None
     ttft_p99: float | None
+    open_circuits: frozenset[str] = frozenset()  # at the later scrape
 
     @property
     def rate(self) -> float:
@@ -37,6 +40,7 @@ class Traffic:
 def parse_sample(text: str, at: float) -> CoordinatorSample:
     requests = errors = 0.0
     buckets: dict[float, float] = {}
+    open_circuits: set[str] = set()
     for family in text_string_to_metric_families(text):
         if family.name == REQUESTS:
             for sample in family.samples:
@@ -48,7 +52,9 @@ def parse_sample(text: str, at: float) -> CoordinatorSample:
                 if sample.name.endswith("_bucket"):
                     bound = float(sample.labels["le"])
                     buckets[bound] = buckets.get(bound, 0.0) + sample.value
-    return CoordinatorSample(at, requests, errors, buckets)
+        elif family.name == CIRCUIT_OPEN:
+            open_circuits.update(s.labels["instance"] for s in family.samples if s.value == 1)
+    return CoordinatorSample(at, requests, errors, buckets, frozenset(open_circuits))
 
 
 def scrape_coordinator(
@@ -74,6 +80,7 @@ def traffic_between(before: CoordinatorSample | None, after: CoordinatorSample) 
         errors=after.errors - base.errors,
         ttft_p50=histogram_quantile(0.5, buckets),
         ttft_p99=histogram_quantile(0.99, buckets),
+        open_circuits=after.open_circuits,
     )
 
 

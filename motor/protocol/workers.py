@@ -1,7 +1,10 @@
 """Coordinator supervisor ↔ inference worker messages, one JSON object per line (motor.runtime.channel).
 
-supervisor → worker: `InstanceSet` (the whole set, after every refresh and when the worker is ready).
-worker → supervisor: `WorkerReady` once it listens, `InstanceSetAck` for every `InstanceSet` applied.
+supervisor → worker: `InstanceSet` (the whole set, after every refresh and when the worker is ready),
+`CircuitState` (the instances whose circuit is open, and those whose successes the supervisor wants to hear of,
+after every change and when the worker is ready).
+worker → supervisor: `WorkerReady` once it listens, `InstanceSetAck` for every `InstanceSet` applied,
+`LegOutcome` for a leg that counts for a circuit breaker.
 """
 
 from typing import Annotated, Literal
@@ -31,8 +34,20 @@ class InstanceSetAck(Message):
     version: int
 
 
-ToWorker = InstanceSet  # one kind so far; more become a union discriminated by `type`, as below
-ToSupervisor = Annotated[WorkerReady | InstanceSetAck, Field(discriminator="type")]
+class CircuitState(Message):
+    type: Literal["circuits"] = "circuits"
+    open: list[str] = Field(description="instance ids whose circuit is open: they get no legs")
+    suspects: list[str] = Field(description="instance ids whose successful legs are to be reported")
+
+
+class LegOutcome(Message):
+    type: Literal["leg"] = "leg"
+    instance_id: str
+    ok: bool
+
+
+ToWorker = Annotated[InstanceSet | CircuitState, Field(discriminator="type")]
+ToSupervisor = Annotated[WorkerReady | InstanceSetAck | LegOutcome, Field(discriminator="type")]
 
 TO_WORKER: TypeAdapter[ToWorker] = TypeAdapter(ToWorker)
 TO_SUPERVISOR: TypeAdapter[ToSupervisor] = TypeAdapter(ToSupervisor)

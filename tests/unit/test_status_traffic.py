@@ -1,10 +1,19 @@
-"""Request rate and TTFT quantiles between two coordinator scrapes (motor status --watch)."""
+"""Request rate, TTFT quantiles and open circuits between two coordinator scrapes (motor status --watch)."""
+
+import io
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from rich.console import Console
 
+from motor.cli import local_status
+from motor.config.models import CircuitConfig
+from motor.coordinator.circuits.keeper import CircuitCollector, CircuitKeeper
 from motor.coordinator.metrics import CoordinatorMetrics
+from motor.coordinator.registry import InstanceRegistry
 from motor.observability.traffic import CoordinatorSample, histogram_quantile, parse_sample, traffic_between
+from motor.protocol.controller import ControllerState, InstanceView
+from motor.protocol.instances import Endpoint, Instance, InstanceEvent
 
 
 def scrape(metrics: CoordinatorMetrics, registry: CollectorRegistry, at: float) -> CoordinatorSample:
@@ -54,3 +63,60 @@ def test_quantile_edges() -> None:
         histogram_quantile(0.99, {0.1: 0.0, 1.0: 0.0, float("inf"): 4.0}) == 1.0
     )  # all above the last bound
     assert histogram_quantile(0.5, {0.1: 4.0, float("inf"): 4.0}) == pytest.approx(0.05)
+
+
+def test_open_circuits_come_from_the_keepers_own_metrics() -> None:
+    registry = CollectorRegistry()
+    instances = InstanceRegistry()
+    instances.apply(
+        InstanceEvent(
+            event="set",
+            instances=[
+                Instance(
+                    id=name,
+                    role="decode",
+                    engine_id=name,
+                    model_name="m",
+                    endpoints=[Endpoint(host="127.0.0.1", port=port)],
+                )
+                for port, name in enumerate(("d0", "d1", "d2"), start=1)
+            ],
+        )
+    )
+    keeper = CircuitKeeper(CircuitConfig(failure_threshold=2), instances.snapshot, lambda _: None)
+    keeper.instances_changed()
+    registry.register(CircuitCollector(keeper))
+    keeper.report("d0", False)
+    keeper.report("d0", False)
+    keeper.report("d1", False)  # one failure of two: on record, closed
+    sample = parse_sample(generate_latest(registry).decode(), at=0.0)
+    assert sample.open_circuits == {"d0"}
+    assert traffic_between(None, sample).open_circuits == {"d0"}
+
+
+def test_motor_status_shows_each_instances_circuit() -> None:
+    views = [
+        InstanceView(
+            instance=Instance(
+                id=name,
+                role="decode",
+                engine_id=name,
+                model_name="m",
+                endpoints=[Endpoint(host="127.0.0.1", port=port)],
+            ),
+            node_manager_url="http://127.0.0.1:1",
+            engine_state="healthy",
+            engine_restarts=0,
+            registrations=1,
+            seconds_since_heartbeat=0.5,
+        )
+        for port, name in enumerate(("d0", "d1"), start=1)
+    ]
+    state = ControllerState(instances=views, coordinators=[])
+    out = io.StringIO()
+    Console(file=out, width=200).print(*local_status._render_instances(state, frozenset({"d0"})))
+    rows = {line.split()[0]: line.split() for line in out.getvalue().splitlines() if line.startswith("d")}
+    assert "open" in rows["d0"] and "closed" in rows["d1"]
+    out = io.StringIO()
+    Console(file=out, width=200).print(*local_status._render_instances(state, None))
+    assert "CIRCUIT" in out.getvalue() and "open" not in out.getvalue() and "closed" not in out.getvalue()

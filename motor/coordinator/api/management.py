@@ -129,6 +129,7 @@ class ManagementApp:
         body: dict[str, Any] = {
             "version": registry.version,
             "instances": [i.model_dump() for i in registry.snapshot()],
+            "open_circuits": sorted(registry.open_circuits),
         }
         if self._endpoint_load is not None:
             body["endpoint_load"] = self._endpoint_load()

@@ -134,6 +134,10 @@ class Leg:
         self.state = new
         self.attempt.observer.leg_changed(self, old, new, now - self.since)
         self.since = now
+        if new is LEG_DONE:
+            circuits = self.attempt.context.circuits
+            if circuits is not None:
+                circuits.report(self.target.instance_id, True)
 
     def _advance(self, new: LegState) -> None:
         """Move on from an engine event, unless the coordinator closed the leg while its task was resuming (a
@@ -173,6 +177,9 @@ class Leg:
     def _record(self, failure: LegFailure) -> LegFailure:
         if not self.ended:
             self._move(LEG_FAILED)
+            circuits = self.attempt.context.circuits
+            if circuits is not None and failure.rule.breaks_circuit:
+                circuits.report(self.target.instance_id, False)
             self.attempt._note_cause(failure)
         return failure
 

@@ -3,6 +3,7 @@ uses (built once, when the process starts serving; `Core` holds the rest: API ke
 
 import asyncio
 from dataclasses import dataclass
+from typing import Protocol
 
 from motor.config.models import ExceptionConfig, TimeoutConfig
 from motor.coordinator.dispatch.callbacks import CallbackRegistry
@@ -20,6 +21,12 @@ class DispatchLimits:
     retry_policy: Backoff  # exception_config's max_retry and retry_delay
 
 
+class CircuitSink(Protocol):
+    """Where legs' outcomes go for the instances' circuit breakers (`motor.coordinator.circuits`)."""
+
+    def report(self, instance_id: str, ok: bool) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class DispatchContext:
     loop: asyncio.AbstractEventLoop
@@ -28,3 +35,4 @@ class DispatchContext:
     observer: MetricsObserver
     callbacks: CallbackRegistry  # decode_first's callback URLs
     limits: DispatchLimits
+    circuits: CircuitSink | None = None  # None: circuit_config.enable is false

@@ -3,7 +3,9 @@
 `FAILURES` rows are keyed by kind: whether another attempt may succeed (`retryable`; only ever used before the
 first output reached the client), whether the next attempts avoid the instance that failed
 (`exclude_instance`), the HTTP status and error type when the request ends with it before the response
-started, and the SSE error code when it happens after (then the relay ends the stream with an error event).
+started, the SSE error code when it happens after (then the relay ends the stream with an error event), and
+whether it counts against the instance's circuit breaker (`breaks_circuit`: the instance's own fault, not the
+coordinator closing a leg, nor a slow prefill, which its stall count handles).
 `ABORTS` are the ends imposed from outside the legs (client gone, client not reading, infer_timeout, shutdown).
 
 What a failure before the response started leads to is `settle`: the row, the retry guard, `max_retry`,
@@ -45,17 +47,18 @@ class FailureRule:
     status: int
     error_type: str
     stream_code: str
+    breaks_circuit: bool = False
 
 
-_LEG = FailureRule(True, True, 502, UPSTREAM_ERROR, "upstream_failed")
+_LEG = FailureRule(True, True, 502, UPSTREAM_ERROR, "upstream_failed", breaks_circuit=True)
 
 FAILURES: dict[str, FailureRule] = {
     # below HTTP: the kinds of motor.coordinator.http.upstream.UpstreamError
     "connect": _LEG,
-    "timeout": FailureRule(True, True, 504, UPSTREAM_ERROR, "read_timeout"),
+    "timeout": FailureRule(True, True, 504, UPSTREAM_ERROR, "read_timeout", breaks_circuit=True),
     "closed": _LEG,
     "protocol": _LEG,
-    "cancelled": _LEG,
+    "cancelled": FailureRule(True, True, 502, UPSTREAM_ERROR, "upstream_failed"),
     # the engine's answer: 5xx, 408 or 429 (reason http_<status>); a body that is not an OpenAI response; a
     # stream that ended, or sent an error event, before any output
     "http_status": _LEG,

@@ -136,6 +136,13 @@ def choose_flow(profile: DispatchProfile, registry: InstanceRegistry) -> Flow:
         return AGGREGATED_ON_UNION
     if registry.has_role("prefill"):
         return AGGREGATED_ON_PREFILL
+    if registry.open_circuits:
+        raise no_instance(
+            "union" if profile == DispatchProfile.AGGREGATED else "prefill",
+            f"no instance can take the request: the circuit of {', '.join(sorted(registry.open_circuits))} is "
+            "open after repeated failures (it gets legs again once it answers /health; see "
+            "motor_coordinator_circuit_open)",
+        )
     if registry.has_role("decode"):
         raise no_instance(
             "prefill",

@@ -12,6 +12,7 @@ from motor import __version__
 from motor.coordinator.api.callback_listener import CallbackApp
 from motor.coordinator.api.inference import inference_server
 from motor.coordinator.api.management import ManagementApp
+from motor.coordinator.circuits.keeper import CircuitCollector
 from motor.coordinator.core import Core
 from motor.coordinator.http.server import (
     HttpServer,
@@ -69,6 +70,8 @@ async def run_single_process(settings: CoordinatorSettings, stop: asyncio.Event)
     core = Core(settings, CoordinatorMetrics(prometheus))
     prometheus.register(InstanceCollector(lambda: core.registry.role_states().items()))
     prometheus.register(InfoCollector(settings.profile.value, __version__))
+    if core.circuit_keeper is not None:
+        prometheus.register(CircuitCollector(core.circuit_keeper))
     control = LocalControl(
         core.registry, settings.profile.value, settings.required_roles, core.metrics, prometheus
     )

@@ -21,23 +21,35 @@ from prometheus_client import CollectorRegistry
 from motor.coordinator.api.callback_listener import CallbackApp
 from motor.coordinator.api.inference import inference_server
 from motor.coordinator.api.limits import SharedState
+from motor.coordinator.circuits.keeper import CircuitReporter
 from motor.coordinator.core import Core
 from motor.coordinator.http.server import coordinator_server, listen_socket, serve
 from motor.coordinator.metrics import CoordinatorMetrics
 from motor.coordinator.settings import CoordinatorSettings
 from motor.protocol.instances import InstanceEvent
 from motor.protocol.specs import CoordinatorSpec, load_spec
-from motor.protocol.workers import TO_WORKER, InstanceSetAck, ToWorker, WorkerReady
+from motor.protocol.workers import (
+    TO_WORKER,
+    CircuitState,
+    InstanceSetAck,
+    LegOutcome,
+    ToWorker,
+    WorkerReady,
+)
 from motor.runtime.channel import Channel, open_channel
 
 log = logging.getLogger("motor.coordinator.process.worker")
 
 
-async def _follow_supervisor(core: Core, channel: Channel[ToWorker]) -> None:
+async def _follow_supervisor(core: Core, reporter: CircuitReporter, channel: Channel[ToWorker]) -> None:
     while True:
         message = await channel.receive()
         if message is None:
             return
+        if isinstance(message, CircuitState):
+            core.registry.set_open_circuits(frozenset(message.open))
+            reporter.suspects = frozenset(message.suspects)
+            continue
         core.registry.apply(InstanceEvent(event="set", instances=message.instances))
         channel.send(InstanceSetAck(version=message.version))
         await channel.drain()
@@ -50,7 +62,20 @@ async def run_worker(settings: CoordinatorSettings, index: int, control_fd: int,
         loop.add_signal_handler(signum, stop.set)
     config = settings.config
     shared = SharedState(state_path)
-    core = Core(settings, CoordinatorMetrics(CollectorRegistry()), shared=shared, worker_index=index)
+    channel: Channel[ToWorker] | None = None
+
+    def report_leg(instance_id: str, ok: bool) -> None:
+        if channel is not None and not channel.closing:
+            channel.send(LegOutcome(instance_id=instance_id, ok=ok))
+
+    reporter = CircuitReporter(report_leg)
+    core = Core(
+        settings,
+        CoordinatorMetrics(CollectorRegistry()),
+        shared=shared,
+        worker_index=index,
+        circuit_reporter=reporter,
+    )
     infer_socket = listen_socket(settings.bind_host, settings.infer_port, reuse_port=True)
     callback_socket = listen_socket(settings.bind_host, 0)
     callback_port = callback_socket.getsockname()[1]
@@ -60,7 +85,7 @@ async def run_worker(settings: CoordinatorSettings, index: int, control_fd: int,
         (inference_server(core, settings.infer_tls), infer_socket),
         (coordinator_server(CallbackApp(core.callbacks), config), callback_socket),
     ]
-    follower = asyncio.create_task(_follow_supervisor(core, channel))
+    follower = asyncio.create_task(_follow_supervisor(core, reporter, channel))
     follower.add_done_callback(lambda _: stop.set())  # the supervisor is gone: stop too
     serving = asyncio.create_task(serve(servers, stop))
     while not all(server.started for server, _ in servers) and not serving.done():

@@ -5,6 +5,7 @@ supervises worker processes that share the inference port (SO_REUSEPORT).
   refresh is answered once every running worker acknowledged it (bounded wait), so a request accepted after
   the controller's push sees the new set whichever worker takes it.
 - Limits: the rate-limit bucket and the in-flight counters live in one shared file (see `api/limits.py`).
+- Circuit breakers: kept here; workers report their legs' outcomes, every change goes to all workers.
 - Metrics: workers write prometheus_client multiprocess files, aggregated here on GET /metrics.
 - Workers that die are restarted (at most MAX_RESTARTS per RESTART_WINDOW_S each; beyond that liveness fails).
 """
@@ -26,12 +27,22 @@ from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 from motor import __version__
 from motor.coordinator.api.limits import SharedState
 from motor.coordinator.api.management import ManagementApp
+from motor.coordinator.circuits.breakers import CircuitView
+from motor.coordinator.circuits.keeper import CircuitCollector, CircuitKeeper
 from motor.coordinator.http.server import GRACEFUL_SHUTDOWN_SECONDS, coordinator_server, listen_socket, serve
 from motor.coordinator.metrics import InfoCollector, InstanceCollector
 from motor.coordinator.registry import InstanceRegistry
 from motor.coordinator.settings import CoordinatorSettings
 from motor.protocol.instances import InstanceEvent, RefreshResult
-from motor.protocol.workers import TO_SUPERVISOR, InstanceSet, InstanceSetAck, ToSupervisor, WorkerReady
+from motor.protocol.workers import (
+    TO_SUPERVISOR,
+    CircuitState,
+    InstanceSet,
+    InstanceSetAck,
+    LegOutcome,
+    ToSupervisor,
+    WorkerReady,
+)
 from motor.runtime.backoff import Backoff
 from motor.runtime.channel import Channel, open_channel
 from motor.runtime.processes import Child, grace_around, spawn, stop_all
@@ -114,6 +125,16 @@ class Supervisor:
         multiprocess.MultiProcessCollector(self._prometheus, path=str(self._prometheus_dir))
         self._prometheus.register(InstanceCollector(lambda: self.registry.role_states().items()))
         self._prometheus.register(InfoCollector(self.profile, __version__))
+        circuits = settings.config.circuit_config
+        self.circuit_keeper = (
+            CircuitKeeper(circuits, self.registry.snapshot, self._circuits_changed)
+            if circuits.enable
+            else None
+        )
+        if self.circuit_keeper is not None:
+            keeper = self.circuit_keeper
+            self.registry.subscribe(lambda _: keeper.instances_changed())
+            self._prometheus.register(CircuitCollector(keeper))
 
     # ---- Control (management API) --------------------------------------------------------------------------
 
@@ -167,6 +188,17 @@ class Supervisor:
             if worker.ready:
                 self._send_instances(worker)
 
+    def _circuits_changed(self, view: CircuitView) -> None:
+        self.registry.set_open_circuits(view.open)
+        for worker in self.workers:
+            if worker.ready:
+                self._send_circuits(worker, view)
+
+    def _send_circuits(self, worker: WorkerHandle, view: CircuitView) -> None:
+        if worker.channel is None or worker.channel.closing:
+            return
+        worker.channel.send(CircuitState(open=sorted(view.open), suspects=sorted(view.suspects)))
+
     def _send_instances(self, worker: WorkerHandle) -> None:
         if worker.channel is None or worker.channel.closing:
             return
@@ -174,6 +206,8 @@ class Supervisor:
 
     async def start_workers(self) -> None:
         """Start every worker (raising when one cannot be started), then supervise them."""
+        if self.circuit_keeper is not None:
+            self.circuit_keeper.start()
         for worker in self.workers:
             await worker.supervised.launch()
             worker.supervised.start()
@@ -218,10 +252,14 @@ class Supervisor:
                 worker.callback_port = message.callback_port
                 worker.ready = True
                 self._send_instances(worker)
+                if self.circuit_keeper is not None:
+                    self._send_circuits(worker, self.circuit_keeper.view)
                 log.info("inference worker %d ready (pid %s)", worker.index, worker.supervised.pid)
             elif isinstance(message, InstanceSetAck):
                 worker.acked = message.version
                 self._acked.set()
+            elif isinstance(message, LegOutcome) and self.circuit_keeper is not None:
+                self.circuit_keeper.report(message.instance_id, message.ok)
 
     def _worker_exited(self, worker: WorkerHandle, child: Child) -> None:
         worker.ready = False
@@ -237,6 +275,8 @@ class Supervisor:
         await asyncio.to_thread(stop_all, children, STOP_GRACE_S)
         for worker in self.workers:
             worker.disconnect()
+        if self.circuit_keeper is not None:
+            await self.circuit_keeper.stop()
         self.state.close()
 
 
