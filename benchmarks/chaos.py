@@ -7,11 +7,12 @@ the pool is used) and injects each fault in turn; then deploys the same cluster 
 coordinators and kills their leaders. For each run it prints: requests sent, answered, failed with an explicit
 error, lost before their first token, hung, with wrong or repeated tokens, streams cut without an error event,
 the time from the fault's end (the kill, or the end of a freeze/blackhole/etcd outage) until the cluster is
-whole again, and pool objects whose lease never expired. The tests in tests/chaos run the same harness
-CI-sized and assert every row.
+whole again, and pool objects whose lease never expired; and the streams the coordinator replayed with their
+resume gap (last token before the fault → first token after it, P50/P99). The tests in tests/chaos run the same
+harness CI-sized and assert every row. `--no-replay` deploys the plain cluster with reschedule_config off.
 
     .venv/bin/python benchmarks/chaos.py [--rate 50] [--hold 20] [--faults prefill-kill,master-kill,...]
-        [--no-standby] [--markdown benchmarks/out/chaos.md] [--workdir DIR]
+        [--no-standby] [--no-replay] [--markdown benchmarks/out/chaos.md] [--workdir DIR]
 
 Everything listens on 127.0.0.1 on free ports; every process started here is stopped at the end.
 """
@@ -26,10 +27,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from motor.observability.traffic import histogram_quantile
 from tests.chaos.cluster import ChaosCluster, ChaosSettings, deploy
 from tests.chaos.faults import (
     ComponentKilled,
@@ -44,6 +48,34 @@ from tests.chaos.faults import (
 )
 from tests.chaos.report import RunReport, failures, table
 from tests.chaos.run import LoadShape, run_fault
+
+RESUME_GAP = "motor_coordinator_replay_resume_seconds"
+
+
+def replay_figures(cluster: ChaosCluster) -> tuple[float, dict[float, float]]:
+    """(streams resumed, the resume-gap histogram's cumulative buckets) from the coordinator's /metrics."""
+    try:
+        text = httpx.get(f"{cluster.mgmt_url}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return 0.0, {}
+    resumed, buckets = 0.0, {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "motor_coordinator_replays_total" and sample.labels.get("outcome") == "resumed":
+                resumed += sample.value
+            elif sample.name == RESUME_GAP + "_bucket":
+                bound = float(sample.labels["le"])
+                buckets[bound] = buckets.get(bound, 0.0) + sample.value
+    return resumed, buckets
+
+
+def replay_line(before: tuple[float, dict[float, float]], after: tuple[float, dict[float, float]]) -> str:
+    resumed = after[0] - before[0]
+    gaps = {bound: count - before[1].get(bound, 0.0) for bound, count in after[1].items()}
+    p50, p99 = histogram_quantile(0.5, gaps), histogram_quantile(0.99, gaps)
+    if not resumed or p50 is None or p99 is None:
+        return f"streams replayed: {resumed:.0f}"
+    return f"streams replayed: {resumed:.0f}, resume gap P50 {p50 * 1000:.0f} ms, P99 {p99 * 1000:.0f} ms"
 
 
 class NoFault(Fault):
@@ -97,12 +129,14 @@ def run_all(
         for make in chosen:
             fault = make()
             console.print(f"[bold]{fault.name}[/bold] …")
+            replays_before = replay_figures(cluster)
             try:
                 result = run_fault(cluster, fault, shape)
             except AssertionError as exc:  # the cluster did not recover: say so, keep the rows so far
                 console.print(f"  [red]{exc}[/red]")
                 break
             reports.append(result.report)
+            console.print(f"  {replay_line(replays_before, replay_figures(cluster))}")
             for note in result.report.notes:
                 console.print(f"  {note}")
             for line in failures(result.outcomes, limit=5):
@@ -146,6 +180,7 @@ def main() -> int:
         help="comma-separated subset of: " + ", ".join([*faults(20.0), *STANDBY_FAULTS]),
     )
     parser.add_argument("--no-standby", action="store_true", help="skip the standby cluster")
+    parser.add_argument("--no-replay", action="store_true", help="reschedule_config off on the plain cluster")
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown to this file")
     parser.add_argument(
         "--workdir", type=Path, help="where the clusters run (default: a temporary directory)"
@@ -165,7 +200,7 @@ def main() -> int:
 
     reports = run_all(
         workdir / "plain",
-        ChaosSettings(),
+        ChaosSettings(replay=not args.no_replay),
         [make for name, make in faults(args.hold).items() if name in wanted],
         shape,
         console,

@@ -57,6 +57,7 @@ class ChaosSettings:
     infer_timeout_s: float = 30.0
     prefill_ms_per_token: float = 1.0
     itl_ms: float = 20.0
+    replay: bool = True  # exception_config.reschedule_config.enable: streams cut by an engine go on
 
     def overrides(self, etcd_port: int) -> dict[str, Any]:
         engine = {"prefill_ms_per_token": self.prefill_ms_per_token, "itl_ms": self.itl_ms}
@@ -72,6 +73,7 @@ class ChaosSettings:
                     "retry_delay": 0.2,
                     "first_token_timeout": self.first_token_timeout_s,
                     "infer_timeout": self.infer_timeout_s,
+                    "reschedule_config": {"enable": self.replay},
                 },
                 "timeout_config": {"read_timeout": self.read_timeout_s, "connection_timeout": 2},
                 **(
@@ -282,6 +284,11 @@ class ChaosCluster:
             return httpx.get(f"http://127.0.0.1:{port}/leadership", timeout=HTTP_TIMEOUT_S).json()["role"]
         except (httpx.HTTPError, ValueError, KeyError, StopIteration):
             return None
+
+    def coordinator_metric(self, name: str) -> float:
+        """The sum of the coordinator's series `name` (labels included in `name`; 0 when it has none)."""
+        text = httpx.get(f"{self.mgmt_url}/metrics", timeout=HTTP_TIMEOUT_S).text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " "))
 
     def routed_or_none(self) -> set[str] | None:
         """The coordinator's instance set, or None when no coordinator answers (set() is an empty set)."""
