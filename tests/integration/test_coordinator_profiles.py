@@ -26,7 +26,7 @@ from tests.fixtures.sim import (
     expected_tokens,
     fresh_prompt,
     openai_body,
-    start_ready_together,
+    start_prefill_decode_union,
     start_sim_engine,
 )
 
@@ -50,19 +50,7 @@ def engines(
 ) -> Iterator[Engines]:
     store = shared_mooncake_master.store_config
     with stopping_factory(start_sim_engine, tmp_path_factory.mktemp("coordinator-profiles")) as start:
-        yield Engines(
-            *start_ready_together(
-                start,
-                {"kv_role": "kv_producer", "engine_id": "prefill-0", "store_config": store},
-                {
-                    "kv_role": "kv_consumer",
-                    "engine_id": "decode-0",
-                    "store_config": store,
-                    "extra_args": ["--kv-wait-timeout-s", "5"],
-                },
-                {"kv_role": "kv_both", "engine_id": "union-0"},
-            )
-        )
+        yield Engines(*start_prefill_decode_union(start, store))
 
 
 def client_body(prompt: str, endpoint: str, stream: bool) -> dict[str, Any]:

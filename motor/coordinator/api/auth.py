@@ -76,15 +76,23 @@ class ApiKeyVerifier:
         scheme = config.key_prefix.strip() or "ApiKey"
         self._challenge = [(b"www-authenticate", f'{scheme} realm="motor"'.encode())]
 
-    async def check(self, headers: list[tuple[bytes, bytes]], client: str | None = None) -> None:
-        """Raise 401 when no key is presented as `<header_name>: <key_prefix><key>`, 403 when it is wrong,
-        429 when `client` (its address) has no attempts left for a key not known to be valid."""
+    async def check(
+        self,
+        headers: list[tuple[bytes, bytes]],
+        client: str | None = None,
+        bare_key_header: bytes | None = None,
+    ) -> None:
+        """Raise 401 when no key is presented as `<header_name>: <key_prefix><key>` (or, when given, as
+        `<bare_key_header>: <key>`, Anthropic's `x-api-key`), 403 when it is wrong, 429 when `client` (its
+        address) has no attempts left for a key not known to be valid."""
         value = None
+        prefix = self.prefix
         for name, header_value in headers:
             if name == self.header:
                 value = header_value
                 break
-        prefix = self.prefix
+            if name == bare_key_header and value is None:
+                value = prefix + header_value
         if value is None or not value[: len(prefix)].lower() == prefix.lower() or len(value) == len(prefix):
             raise HttpError(
                 401,

@@ -1,4 +1,5 @@
-"""The OpenAI-compatible API (raw ASGI): /v1/chat/completions, /v1/completions, /v1/models, /health, /version."""
+"""The OpenAI-compatible API (raw ASGI): /v1/chat/completions, /v1/completions, /v1/models, /health, /version;
+and Anthropic's /v1/messages, carried as a chat request (`anthropic.py` translates both ways)."""
 
 import asyncio
 import logging
@@ -7,8 +8,9 @@ import time
 from collections.abc import Collection
 from functools import partial
 
+from motor.coordinator.api.anthropic import AnthropicSend, to_chat
 from motor.coordinator.api.health import health, version
-from motor.coordinator.client_request import Api, ClientRequest, parse_request
+from motor.coordinator.client_request import Api, ClientRequest, load_body, parse_request
 from motor.coordinator.core import Core
 from motor.coordinator.dispatch.dispatch import Dispatch, new_request_id
 from motor.coordinator.dispatch.failures import ABORTS, EngineRejected, LegFailure, open_with_retries
@@ -21,6 +23,7 @@ from motor.coordinator.dispatch.replay import (
     engine_context_length,
     replay_refusal,
 )
+from motor.coordinator.http import jsonio
 from motor.coordinator.http.asgi import (
     CLOSE,
     ON_DISCONNECT,
@@ -44,6 +47,8 @@ from motor.protocol.specs import TlsFiles
 log = logging.getLogger(__name__)
 
 API_BY_PATH: dict[str, Api] = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+MESSAGES_PATH = "/v1/messages"
+ANTHROPIC_KEY_HEADER = b"x-api-key"
 REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
 RETRY_AFTER = [(b"retry-after", b"1")]
 
@@ -83,6 +88,11 @@ class InferenceApp:
                 await send_error(send, method_not_allowed(scope["method"], path))
                 return
             await self._completion(api, scope, receive, send)
+        elif path == MESSAGES_PATH:
+            if scope["method"] != "POST":
+                await send_error(AnthropicSend(send), method_not_allowed(scope["method"], path))
+                return
+            await self._completion("chat", scope, receive, AnthropicSend(send), messages=True)
         elif path == "/v1/models":
             await self._models(scope, send)
         elif path in ("/health", "/version"):
@@ -134,8 +144,13 @@ class InferenceApp:
             return
         await send_json(send, 200, body)
 
-    async def _completion(self, api: Api, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _completion(
+        self, api: Api, scope: Scope, receive: Receive, send: Send, *, messages: bool = False
+    ) -> None:
+        """`messages`: an Anthropic Messages request, served as the chat request it translates to (`send` is
+        then an AnthropicSend), counted under the route `messages`."""
         core = self.core
+        route = "messages" if messages else api
         metrics = core.metrics
         started = time.perf_counter()
         admitted = False
@@ -148,7 +163,8 @@ class InferenceApp:
         dispatch: Dispatch | None = None
         try:
             if core.auth is not None:
-                await core.auth.check(scope["headers"], client_host(scope))
+                bare = ANTHROPIC_KEY_HEADER if messages else None
+                await core.auth.check(scope["headers"], client_host(scope), bare_key_header=bare)
             if core.rate is not None:
                 self._take_rate_token()
             if not core.in_flight.try_enter():
@@ -164,6 +180,8 @@ class InferenceApp:
             metrics.in_flight.inc()
             limits = core.config.request_limit
             raw = await read_body(scope, receive, limits.max_body_bytes, limits.body_read_timeout)
+            if messages:
+                raw = jsonio.dumps(to_chat(load_body(raw, core.config.input_config.max_json_depth)))
             request = parse_request(api, raw, core.models(), core.config.input_config)
             if core.kv is not None:
                 await core.kv.prepare(request.body, api, request.demand)
@@ -185,8 +203,8 @@ class InferenceApp:
                 core.in_flight.leave()
                 metrics.in_flight.dec()
             now = time.perf_counter()
-            metrics.request_done(api, status)
-            metrics.observe_e2e(api, now - started)
+            metrics.request_done(route, status)
+            metrics.observe_e2e(route, now - started)
             if dispatch is not None:
                 metrics.overhead_batch.observe(dispatch.overhead(now - started))
                 dispatch.release()
