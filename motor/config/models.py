@@ -485,11 +485,29 @@ class CircuitConfig(Section):
         return self
 
 
+SamplingRate = Annotated[float, Strict(), Field(gt=0, le=1)]
+
+
+class TracerConfig(Section):
+    """OpenTelemetry traces (docs/observability.md, "Traces"): `endpoint` is the OTLP collector ("" = off; the
+    protocol comes from OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, grpc by default, or http/protobuf). Each rate is a
+    trace-id ratio: `root_sampling_rate` for requests without a parent, the other four by the client's
+    `traceparent` (remote) or a span of the process (local), sampled or not."""
+
+    endpoint: str = ""
+    root_sampling_rate: SamplingRate = 1.0
+    remote_parent_sampled: SamplingRate = 1.0
+    remote_parent_not_sampled: SamplingRate = 1.0
+    local_parent_sampled: SamplingRate = 1.0
+    local_parent_not_sampled: SamplingRate = 1.0
+
+
 class CoordinatorConfig(Section):
     logging_config: LoggingConfig = LoggingConfig()
     scheduler_config: SchedulerConfig = SchedulerConfig()
     exception_config: ExceptionConfig = ExceptionConfig()
     circuit_config: CircuitConfig = CircuitConfig()
+    tracer_config: TracerConfig = TracerConfig()
     timeout_config: TimeoutConfig = TimeoutConfig()
     api_key_config: ApiKeyConfig = ApiKeyConfig()
     rate_limit_config: RateLimitConfig = RateLimitConfig()

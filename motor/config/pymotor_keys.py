@@ -540,11 +540,13 @@ _warned_section(
     _TLS_KEYS,
     "the coordinator's standby lock connects to etcd without TLS; give the lock an etcd it reaches in plain gRPC",
 )
-_warned_section(
+_implemented(_K, "tracer_config", "OpenTelemetry traces of every request and its legs, exported over OTLP")
+_implemented(
     f"{_K}.tracer_config",
     "endpoint root_sampling_rate remote_parent_sampled remote_parent_not_sampled local_parent_sampled "
     "local_parent_not_sampled",
-    "motor exports no OpenTelemetry traces",
+    'endpoint "" = off; ParentBased over TraceIdRatioBased with these rates; vLLM engines export to the same '
+    "endpoint",
 )
 _warned_section(
     f"{_K}.aigw",

@@ -5,7 +5,7 @@ import contextlib
 import time
 from typing import TYPE_CHECKING
 
-from motor.config.models import CircuitConfig
+from motor.config.models import CircuitConfig, TracerConfig
 from motor.coordinator.api.auth import ApiKeyVerifier
 from motor.coordinator.api.limits import InFlightLimit, SharedState, TokenBucket
 from motor.coordinator.circuits.keeper import CircuitKeeper
@@ -25,6 +25,7 @@ from motor.tokenize import load_prompt_tokenizer
 
 if TYPE_CHECKING:
     from motor.coordinator.dispatch.dispatch import Dispatch
+    from motor.coordinator.tracing import RequestTracer
 
 MAX_SWEEP_INTERVAL = 0.5
 
@@ -76,6 +77,7 @@ class Core:
             self.circuits = circuit_reporter
         if self.kv is not None:
             self.registry.subscribe(self.kv.subscriber.set_targets)
+        self.tracer = request_tracer(config.tracer_config)
         self.callbacks = CallbackRegistry()
         self.auth = ApiKeyVerifier(config.api_key_config) if config.api_key_config.enable_api_key else None
         rate = config.rate_limit_config
@@ -107,7 +109,14 @@ class Core:
         )
         # what every request's dispatch uses of this process (the loop and the pool exist from here on)
         self.dispatch_context = DispatchContext(
-            self.loop, self.scheduler, self.pool, self.observer, self.callbacks, limits, self.circuits
+            self.loop,
+            self.scheduler,
+            self.pool,
+            self.observer,
+            self.callbacks,
+            limits,
+            self.circuits,
+            self.tracer,
         )
         self._sweeper = asyncio.create_task(self._sweep())
         if self.circuit_keeper is not None:
@@ -128,6 +137,8 @@ class Core:
             await self.circuit_keeper.stop()
         if self.kv is not None:
             await self.kv.close()
+        if self.tracer is not None:
+            self.tracer.shutdown()  # exports the spans still batched
 
     def models(self) -> frozenset[str]:
         if self._models_version != self.registry.version:
@@ -153,6 +164,16 @@ class Core:
                 kind = dispatch.expiry(now, loop_now, write_timeout)
                 if kind is not None:
                     dispatch.expire(kind)
+
+
+def request_tracer(config: TracerConfig) -> "RequestTracer | None":
+    if not config.endpoint:
+        return None
+    from motor.coordinator.tracing import (
+        RequestTracer,  # loads the OpenTelemetry SDK: only when tracing is on
+    )
+
+    return RequestTracer(config)
 
 
 def keep_circuits(config: CircuitConfig, registry: InstanceRegistry) -> CircuitKeeper:

@@ -7,6 +7,7 @@ import re
 import time
 from collections.abc import Collection
 from functools import partial
+from typing import Any
 
 from motor.coordinator.api.anthropic import AnthropicSend, to_chat
 from motor.coordinator.api.health import health, version
@@ -161,6 +162,12 @@ class InferenceApp:
         request_id = new_request_id()
         echoed = [(b"x-request-id", client_rid or request_id.encode())]
         dispatch: Dispatch | None = None
+        tracer = core.tracer
+        span = None
+        if tracer is not None:
+            span = tracer.request(
+                scope["headers"], route, {"http.route": scope["path"], "motor.request_id": request_id}
+            )
         try:
             if core.auth is not None:
                 bare = ANTHROPIC_KEY_HEADER if messages else None
@@ -189,6 +196,15 @@ class InferenceApp:
                 arm(request) if self.replay and request.stream and replay_refusal(request) is None else None
             )
             dispatch = Dispatch(core.dispatch_context, request, request_id, client_rid)
+            if span is not None:
+                span.set_attributes(
+                    {
+                        "gen_ai.request.model": request.model,
+                        "motor.stream": request.stream,
+                        "motor.profile": core.profile.value,
+                    }
+                )
+                dispatch.span = span
             status = await self._serve(dispatch, scope, send, ledger)
         except HttpError as error:
             status = error.status
@@ -205,9 +221,25 @@ class InferenceApp:
             now = time.perf_counter()
             metrics.request_done(route, status)
             metrics.observe_e2e(route, now - started)
+            if span is not None:
+                self._end_trace(span, status, dispatch)
             if dispatch is not None:
                 metrics.overhead_batch.observe(dispatch.overhead(now - started))
                 dispatch.release()
+
+    def _end_trace(self, span: Any, status: int, dispatch: Dispatch | None) -> None:
+        tracer = self.core.tracer
+        assert tracer is not None
+        attributes: dict[str, Any] = {"http.response.status_code": status}
+        if dispatch is not None:
+            attempt = dispatch.attempt
+            attributes["motor.attempts"] = 0 if attempt is None else attempt.number + 1
+            attributes["motor.replays"] = dispatch.replays
+            if attempt is not None and attempt.client is not None:
+                attributes["motor.instance_id"] = attempt.client.target.instance_id
+        if status >= 400:
+            tracer.fail(span, f"http_{status}")
+        tracer.end(span, attributes)
 
     def _take_rate_token(self) -> None:
         core = self.core

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 
 ERROR_EVENT_PREFIX = b'data: {"error"'
 _ENDED_LEG = frozenset({LEG_DONE, LEG_FAILED, LEG_ABORTED})
+_ENDED_PHASE = frozenset({DONE, FAILED, RETRYING, ABORTED})
 
 
 @dataclass(slots=True)
@@ -95,6 +96,7 @@ class Leg:
         "role",
         "sent_at",
         "since",
+        "span",
         "splitter",
         "state",
         "target",
@@ -121,6 +123,7 @@ class Leg:
         self.task: asyncio.Task[PrefillResult] | None = None
         self.first = b""
         self.splitter: SseSplitter | None = None
+        self.span: Any = None  # its trace span, when tracing is on
 
     @property
     def ended(self) -> bool:
@@ -138,6 +141,10 @@ class Leg:
             circuits = self.attempt.context.circuits
             if circuits is not None:
                 circuits.report(self.target.instance_id, True)
+        if self.span is not None and new in _ENDED_LEG:
+            tracer = self.attempt.context.tracer
+            assert tracer is not None
+            tracer.end(self.span, {"motor.leg.state": new.name})
 
     def _advance(self, new: LegState) -> None:
         """Move on from an engine event, unless the coordinator closed the leg while its task was resuming (a
@@ -176,6 +183,8 @@ class Leg:
 
     def _record(self, failure: LegFailure) -> LegFailure:
         if not self.ended:
+            if self.span is not None:
+                self.attempt.context.tracer.fail(self.span, failure.reason)  # type: ignore[union-attr]
             self._move(LEG_FAILED)
             circuits = self.attempt.context.circuits
             if circuits is not None and failure.rule.breaks_circuit:
@@ -215,10 +224,13 @@ class Leg:
         dispatch = attempt.dispatch
         context = attempt.context
         target = self.target
+        trace = b""
+        if self.span is not None:
+            trace = b"traceparent: %b\r\n" % context.tracer.traceparent(self.span)  # type: ignore[union-attr]
         head = (
             b"POST %b HTTP/1.1\r\nhost: %b\r\ncontent-type: application/json\r\nx-request-id: %b\r\n"
-            b"content-length: %d\r\n\r\n"
-            % (dispatch.request.path, target.host_header, attempt.engine_rid, len(body))
+            b"%bcontent-length: %d\r\n\r\n"
+            % (dispatch.request.path, target.host_header, attempt.engine_rid, trace, len(body))
         )
         self._advance(SENT)
         self.sent_at = self.since
@@ -295,6 +307,7 @@ class Attempt:
         "phase",
         "prefill",
         "since",
+        "span",
     )
 
     def __init__(self, dispatch: "Dispatch", number: int) -> None:
@@ -323,6 +336,12 @@ class Attempt:
         self.failure: LegFailure | None = None
         self.cached_tokens: int | None = None
         self.output_at = 0.0
+        tracer = context.tracer
+        self.span: Any = None
+        if tracer is not None and dispatch.span is not None:
+            self.span = tracer.child(
+                dispatch.span, "attempt", {"motor.attempt": number, "motor.replay": dispatch.replays}
+            )
 
     def run(self, flow: "Flow") -> Awaitable[None]:
         """Run `flow`: awaited, it returns once the client-facing leg produced output (STREAMING) or raises."""
@@ -337,6 +356,19 @@ class Attempt:
         self.phase = new
         self.observer.phase_changed(self, old, new, now - self.since)
         self.since = now
+        if self.span is not None:
+            self._trace_phase(new)
+
+    def _trace_phase(self, new: Phase) -> None:
+        tracer = self.context.tracer
+        assert tracer is not None
+        if new is STREAMING:
+            self.span.add_event("first output")
+            self.dispatch.span.add_event("first output", {"motor.attempt": self.number})
+        elif new in _ENDED_PHASE:
+            if self.failure is not None:
+                tracer.fail(self.span, self.failure.reason)
+            tracer.end(self.span, {"motor.phase": new.name, "motor.pd": self.pd})
 
     @property
     def response_ended(self) -> bool:
@@ -406,6 +438,18 @@ class Attempt:
         allocation = self.context.scheduler.allocate(target, tokens, kv)
         leg = Leg(self, target, allocation, deadline, client)
         self.legs.append(leg)
+        if self.span is not None:
+            leg.span = self.context.tracer.child(  # type: ignore[union-attr]
+                self.span,
+                target.role,
+                {
+                    "motor.instance_id": target.instance_id,
+                    "server.address": target.host,
+                    "server.port": target.port,
+                    "motor.client_facing": client,
+                },
+                client=True,
+            )
         return leg
 
     def client_leg(self, target: Target, tokens: float, kv: float) -> Leg:

@@ -3,7 +3,7 @@ uses (built once, when the process starts serving; `Core` holds the rest: API ke
 
 import asyncio
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from motor.config.models import ExceptionConfig, TimeoutConfig
 from motor.coordinator.dispatch.callbacks import CallbackRegistry
@@ -11,6 +11,10 @@ from motor.coordinator.dispatch.observe import MetricsObserver
 from motor.coordinator.http.upstream import UpstreamPool
 from motor.coordinator.scheduling.scheduler import Scheduler
 from motor.runtime.backoff import Backoff
+
+if TYPE_CHECKING:
+    # imported only when tracing is on (it loads the OpenTelemetry SDK)
+    from motor.coordinator.tracing import RequestTracer
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,3 +40,4 @@ class DispatchContext:
     callbacks: CallbackRegistry  # decode_first's callback URLs
     limits: DispatchLimits
     circuits: CircuitSink | None = None  # None: circuit_config.enable is false
+    tracer: "RequestTracer | None" = None  # None: tracer_config.endpoint is empty

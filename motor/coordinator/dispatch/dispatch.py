@@ -49,6 +49,7 @@ class Dispatch:
         "replays",
         "request",
         "request_id",
+        "span",
     )
 
     def __init__(
@@ -71,6 +72,7 @@ class Dispatch:
         self.abort_kind: str | None = None
         self.closed = False
         self.replays = 0  # times the stream was replayed after its output started (`replay.py`)
+        self.span: Any = None  # the request's trace span, when tracing is on
         self._excluded: dict[str, set[str]] | None = None
         self._waited = 0.0
         self._extra_overhead = 0.0

@@ -24,10 +24,9 @@ class EngineLaunchRequest:
     # None: on the configured port (the transfer connector's kv_port, SGLang's disaggregation-bootstrap-port),
     # which suits one producer per host.
     bootstrap_port: int | None = None
-    store_lookup_ordinal: int = 0
-    kv_events: KvEventsPlacement | None = (
-        None  # where the engine publishes its KV events (None: it does not)  # the instance's position on a shared host, added to store lookup ids
-    )
+    store_lookup_ordinal: int = 0  # the instance's position on a shared host, added to store lookup ids
+    kv_events: KvEventsPlacement | None = None  # where the engine publishes its KV events (None: it does not)
+    otlp_traces_endpoint: str = ""  # the coordinator's tracer_config.endpoint: the engine exports there too
 
 
 class LaunchError(ValueError):

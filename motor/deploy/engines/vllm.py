@@ -44,8 +44,9 @@ def launch(request: EngineLaunchRequest) -> EngineSpec:
 def vllm_options(
     request: EngineLaunchRequest, engine: EngineType
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """vLLM's options (the simulator takes them too) with the instance's kv_transfer_config filled in, and the
-    transfer config as configured (None without one)."""
+    """vLLM's options (the simulator takes them too) with the instance's kv_transfer_config filled in (and
+    `otlp-traces-endpoint` when the coordinator traces, unless the section sets its own), and the transfer
+    config as configured (None without one)."""
     spec = request.role_spec
     options = engine_options(request, engine)
     transfer = transfer_config(spec.engine_config)
@@ -60,6 +61,8 @@ def vllm_options(
         options["kv-transfer-config"] = filled
     if request.kv_events is not None:
         options = with_kv_events(options, request.kv_events)
+    if request.otlp_traces_endpoint and "otlp-traces-endpoint" not in options:
+        options["otlp-traces-endpoint"] = request.otlp_traces_endpoint
     return options, transfer
 
 

@@ -82,6 +82,7 @@ def _node_manager(context: PlanContext, ports: InstancePorts) -> tuple[Component
         bootstrap_port=bootstrap_port,
         store_lookup_ordinal=ordinal,
         kv_events=placement,
+        otlp_traces_endpoint=context.topology.user.motor_coordinator_config.tracer_config.endpoint,
     )
     engine = _without_secret_values(engine_spec(request))
     credential = SecretRef(env=instance_credential_env(ports.name))

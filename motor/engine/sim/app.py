@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from pydantic import ValidationError
@@ -28,6 +28,10 @@ from motor.engine.sim.metrics import EngineCollector, EngineLoad, EngineMetrics,
 from motor.engine.sim.openai_protocol import ApiRequest, ChunkWriter, Endpoint, full_response, parse_request
 from motor.engine.sim.sampling import sampling_seed
 from motor.engine.sim.transfer import parse_transfer_params
+
+if TYPE_CHECKING:
+    # built only with --otlp-traces-endpoint (it loads the OpenTelemetry SDK)
+    from motor.engine.sim.tracing import RequestSpans
 
 log = logging.getLogger(__name__)
 
@@ -111,12 +115,14 @@ class SimApp:
         metrics: EngineMetrics,
         pool_view: Callable[[], PoolLinkView] | None = None,
         admin_token: str | None = None,
+        tracer: "RequestSpans | None" = None,
     ) -> None:
         """`admin_token`: what `/admin/faults` requires (default: MOTOR_SIM_ADMIN_TOKEN; unset: refused)."""
         self._config = config
         token = admin_token if admin_token is not None else os.environ.get(ADMIN_TOKEN_ENV, "")
         self._admin_token = token.encode() if token else None
         self._engine = engine
+        self._tracer = tracer
         self._faults = faults
         self._metrics = metrics
         self._registry = CollectorRegistry(auto_describe=False)
@@ -159,6 +165,8 @@ class SimApp:
 
     async def close(self) -> None:
         await self._engine.close()
+        if self._tracer is not None:
+            self._tracer.shutdown()  # exports the spans still batched
 
     # ---- simple routes -----------------------------------------------------------------------------------
 
@@ -286,6 +294,7 @@ class SimApp:
         handler = asyncio.current_task()
         watcher = asyncio.ensure_future(receive())
         watcher.add_done_callback(functools.partial(_abort_on_disconnect, exchange, handler))
+        span = None if self._tracer is None else self._tracer.start(scope["headers"], request_id, api)
         try:
             await self._respond(exchange)
         except asyncio.CancelledError:
@@ -295,6 +304,8 @@ class SimApp:
             log.info("request %s: client disconnected, aborted", request_id)
         finally:
             watcher.cancel()
+            if span is not None:
+                span.end()
 
     async def _respond(self, exchange: "_Exchange") -> None:
         async with contextlib.aclosing(self._engine.generate(exchange.seq)) as steps:

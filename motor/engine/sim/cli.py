@@ -126,6 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--seed", type=int, default=0, help="sampling seed for requests without one")
     server.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     server.add_argument(
+        "--otlp-traces-endpoint",
+        default="",
+        help="export a span per request (vLLM's llm_request) to this OTLP endpoint, continuing the request's "
+        "traceparent (protocol: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, grpc by default)",
+    )
+    server.add_argument(
         "--virtual-engines",
         type=_number(int, 1),
         default=1,
@@ -296,6 +302,7 @@ def parse_config(argv: Sequence[str] | None = None, *, environ: dict[str, str] |
             health_down=args.fault_health_down,
         ),
         log_level=args.log_level,
+        otlp_traces_endpoint=args.otlp_traces_endpoint,
         virtual_engines=args.virtual_engines,
         kv_events=kv_events,
         prefix_caching_hash_algo=args.prefix_caching_hash_algo,

@@ -78,6 +78,7 @@ class SimConfig:
     store_config_path: str | None = None
     faults: Faults = field(default_factory=Faults)
     log_level: str = "info"
+    otlp_traces_endpoint: str = ""  # "": no traces
     virtual_engines: int = 1
     engine_index: int = 0  # which of the process's virtual engines this is (its metrics' `engine` label)
     kv_events: KvEventsConfig | None = None  # None or not publishing: no KV events

@@ -7,6 +7,7 @@ import socket
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import uvicorn
 
@@ -23,6 +24,10 @@ from motor.engine.sim.virtual import VirtualEngines
 from motor.kv.block_hashes import BlockHasher
 from motor.kvstore.config import load_store_config
 from motor.kvstore.errors import StoreError
+
+if TYPE_CHECKING:
+    # built only with --otlp-traces-endpoint (it loads the OpenTelemetry SDK)
+    from motor.engine.sim.tracing import RequestSpans
 
 log = logging.getLogger("motor.engine.sim")
 
@@ -122,7 +127,16 @@ def _engine_app(config: SimConfig, link: StoreLink | None, executor: ThreadPoolE
         faults=faults,
         metrics=metrics,
         pool_view=link.view if link is not None else None,
+        tracer=_request_spans(config),
     )
+
+
+def _request_spans(config: SimConfig) -> "RequestSpans | None":
+    if not config.otlp_traces_endpoint:
+        return None
+    from motor.engine.sim.tracing import RequestSpans  # loads the OpenTelemetry SDK: only when asked
+
+    return RequestSpans(config.otlp_traces_endpoint, f"motor-sim {config.engine_id or config.model_name}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
