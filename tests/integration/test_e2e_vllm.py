@@ -19,6 +19,7 @@ import json
 import os
 import random
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import pytest
 
@@ -40,6 +42,7 @@ from motor.pool.metrics import scrape_pool
 from tests.fixtures.control import pid_alive
 from tests.fixtures.kv_handover import assert_kv_handover, decode_counters
 from tests.fixtures.local_example import write_local_example
+from tests.fixtures.otlp import OtlpReceiver, ReceivedSpan, otlp_receiver
 from tests.installs import needs_vllm
 
 pytestmark = [
@@ -100,7 +103,14 @@ def tail(path: Path, lines: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+def receiver() -> Iterator[OtlpReceiver]:
+    """Where the coordinator and the vLLM engines export their traces (gRPC, the default protocol)."""
+    with otlp_receiver("grpc") as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory, receiver: OtlpReceiver) -> Iterator[Deployment]:
     root = tmp_path_factory.mktemp("e2e-vllm")
     log_path = root / "motor-cli.log"
     offline = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -109,7 +119,11 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             [*MOTOR, "model", "tiny", MODEL_DIR], cwd=root, env=offline, stdout=log, stderr=log, timeout=300
         )
     assert built.returncode == 0, tail(log_path, 30)
-    config_dir = write_local_example(root / "config", JOB_ID)
+    config_dir = write_local_example(root / "config", JOB_ID, extra_env={"OTEL_BSP_SCHEDULE_DELAY": "200"})
+    user_path = config_dir / "user_config.json"
+    user = json.loads(user_path.read_text())
+    user["motor_coordinator_config"]["tracer_config"] = {"endpoint": receiver.endpoint}
+    user_path.write_text(json.dumps(user, indent=2))
     for section in ("motor_engine_prefill_config", "motor_engine_decode_config"):
         assert (
             json.loads((config_dir / "user_config.json").read_text())[section]["engine_config"]["model"]
@@ -369,6 +383,58 @@ def test_chat_streams_through_the_coordinator(deployment: Deployment) -> None:
     assert streamed.token_ids() == expected, "streamed PD tokens differ from the aggregated answer"
     text = "".join((c.get("delta") or {}).get("content") or "" for chunk in chunks for c in chunk["choices"])
     assert text == direct.json()["choices"][0]["message"]["content"]
+
+
+def test_the_official_anthropic_client_through_the_pd_path(deployment: Deployment) -> None:
+    """/v1/messages, streamed and not, answers what vLLM's own chat path answers to the same conversation."""
+    messages = [{"role": "user", "content": "Say something short about caches."}]
+    direct = httpx.post(
+        f"{deployment.decode}/v1/chat/completions",
+        json={"model": "tiny", "temperature": 0, "max_tokens": 12, "messages": messages},
+        timeout=REQUEST_TIMEOUT_S,
+    )
+    assert direct.status_code == 200, direct.text
+    expected = direct.json()
+    text = expected["choices"][0]["message"]["content"]
+    usage = (expected["usage"]["prompt_tokens"], expected["usage"]["completion_tokens"])
+    stop = {"length": "max_tokens", "stop": "end_turn"}[expected["choices"][0]["finish_reason"]]
+    client = anthropic.Anthropic(
+        api_key="unused", base_url=deployment.api_url, max_retries=0, timeout=REQUEST_TIMEOUT_S
+    )
+    greedy = {"temperature": 0}  # the client no longer takes temperature itself
+    message = client.messages.create(model="tiny", max_tokens=12, messages=messages, extra_body=greedy)  # type: ignore[arg-type]
+    assert message.content[0].text == text  # type: ignore[union-attr]
+    assert (message.usage.input_tokens, message.usage.output_tokens) == usage
+    assert message.stop_reason == stop
+    with client.messages.stream(model="tiny", max_tokens=12, messages=messages, extra_body=greedy) as stream:  # type: ignore[arg-type]
+        streamed = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert streamed == text
+    assert (final.usage.input_tokens, final.usage.output_tokens) == usage
+    assert final.stop_reason == stop
+
+
+def test_a_pd_request_is_one_trace_with_vllms_spans(deployment: Deployment, receiver: OtlpReceiver) -> None:
+    trace_id, client_span = secrets.token_hex(16), secrets.token_hex(8)
+    response = httpx.post(
+        f"{deployment.api_url}/v1/completions",
+        json={**GREEDY, "prompt": "Traces join the legs.", "max_tokens": 4},
+        headers={"traceparent": f"00-{trace_id}-{client_span}-01"},
+        timeout=REQUEST_TIMEOUT_S,
+    )
+    assert response.status_code == 200, response.text
+
+    def whole(spans: list[ReceivedSpan]) -> bool:
+        names = [s.name for s in spans if s.trace_id == trace_id]
+        return names.count("llm_request") >= 2 and "completions" in names
+
+    spans = {s.span_id: s for s in receiver.wait_for(whole, timeout_s=30) if s.trace_id == trace_id}
+    (request,) = [s for s in spans.values() if s.parent_span_id == client_span]
+    assert request.service == "motor-coordinator" and request.attributes["http.response.status_code"] == 200
+    engine_spans = [s for s in spans.values() if s.name == "llm_request"]
+    legs = {spans[s.parent_span_id].name for s in engine_spans if s.parent_span_id in spans}
+    assert legs == {"prefill", "decode"}, "vLLM's spans are children of the legs that reached them"
+    assert {spans[spans[s.parent_span_id].parent_span_id].name for s in engine_spans} == {"attempt"}
 
 
 def test_models_name_the_engine_that_serves_them(deployment: Deployment) -> None:
