@@ -1,12 +1,15 @@
-"""`motor validate`: check the whole topology, compile the plan, and show what motor would deploy
-(`--explain`: every component's compiled spec as well)."""
+"""`motor validate`: check the whole topology, compile the plan, check a local plan's engine commands with the
+installed engines' own argument parsers, and show what motor would deploy (`--explain`: every component's
+compiled spec as well)."""
 
 import argparse
 import os
 import shlex
+import sys
 from pathlib import Path
 
 from motor.cli.config_args import add_config_arguments, load_topology, report_problems
+from motor.cli.engine_args import check_engine_args
 from motor.config import ConfigError, Topology
 from motor.deploy.plan import Plan, build_plan
 from motor.kv.pool import engine_store_config, master_args
@@ -36,10 +39,27 @@ def run(args: argparse.Namespace) -> int:
         plan = compile_plan(topology)
     except ConfigError as exc:
         return report_problems(exc, f"the plan of job {topology.user.motor_deploy_config.job_id}")
+    if topology.user.motor_deploy_config.deploy_mode == "local":
+        refused = checked_engine_args(topology, plan)
+        if refused is not None:
+            return refused
     print(summary(topology))
     if args.explain:
         print(explain(plan))
     return 0
+
+
+def checked_engine_args(topology: Topology, plan: Plan) -> int | None:
+    """The engines installed here parse the commands the plan gives them: None when they take them (notes go
+    to stderr), else the exit code after reporting each refused key."""
+    print("checking the engine commands with the installed engines' own argument parsers", file=sys.stderr)
+    checked = check_engine_args(topology, plan)
+    for note in checked.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if checked.issues:
+        job = topology.user.motor_deploy_config.job_id
+        return report_problems(ConfigError(checked.issues), f"the engine commands of job {job}")
+    return None
 
 
 def compile_plan(topology: Topology) -> Plan:
