@@ -153,6 +153,9 @@ def _render_instances(
     if not controller.instances:
         rows.add_row("(none registered)", "", "", "", "", "", "", "")
     parts: list[RenderableType] = [per_role, rows]
+    for view in controller.instances:
+        if view.engine_failure:
+            parts.append(Text(f"{view.instance.id}: {view.engine_failure}", style="red"))
     for link in controller.coordinators:
         if link.pending:
             parts.append(

@@ -18,6 +18,7 @@ _ENGINE_SIGNAL: dict[EngineState, Signal] = {
     "healthy": Signal.NORMAL,
     "starting": Signal.INIT,
     "unhealthy": Signal.ABNORMAL,
+    "crash_looping": Signal.ABNORMAL,
     "stopped": Signal.ABNORMAL,
 }
 

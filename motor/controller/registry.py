@@ -15,6 +15,7 @@ class InstanceRecord:
     engine_restarts: int
     last_heartbeat: float
     registrations: int = 0
+    engine_failure: str | None = None
 
     @property
     def status(self) -> InstanceStatus:
@@ -73,6 +74,7 @@ class InstanceRegistry:
             if moved:
                 changes.append(Change(instance, instance.status, record.node_manager_url, refreshed=True))
         record.engine_restarts = registration.engine_restarts
+        record.engine_failure = registration.engine_failure
         record.registrations += 1
         return changes + self._apply(record, registration.engine_state, now)
 
@@ -82,6 +84,7 @@ class InstanceRegistry:
         if record is None:
             return None
         record.engine_restarts = heartbeat.engine_restarts
+        record.engine_failure = heartbeat.engine_failure
         return self._apply(record, heartbeat.engine_state, now)
 
     def expire(self, now: float) -> list[Change]:
@@ -120,6 +123,7 @@ class InstanceRegistry:
                 node_manager_url=r.node_manager_url,
                 engine_state=r.engine_state,
                 engine_restarts=r.engine_restarts,
+                engine_failure=r.engine_failure,
                 registrations=r.registrations,
                 seconds_since_heartbeat=round(now - r.last_heartbeat, 3),
             )

@@ -1,5 +1,7 @@
 """Watches the engine: polls its status, restarts it with exponential backoff when it crashes or stays
-unhealthy, and reports every change of its state."""
+unhealthy, and reports every change of its state. An engine that exited before it became healthy on
+CRASH_LOOP_AFTER starts in a row is `crash_looping`, reported with its exit code and the last lines of its log
+(`failure`), as Kubernetes reports a container in CrashLoopBackOff."""
 
 import asyncio
 import logging
@@ -12,12 +14,16 @@ from motor.node_manager.engine_process import EngineCommand, start_engine
 from motor.protocol.controller import EngineState
 from motor.protocol.engine import EngineHealth, EngineStatus
 from motor.runtime.backoff import Backoff
+from motor.runtime.logs import tail
 from motor.runtime.processes import ENGINE_SERVER_GRACE_S
 from motor.runtime.supervision import ChildState, Health, RestartPolicy, SupervisedChild
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5
+CRASH_LOOP_AFTER = 2
+FAILURE_LOG_LINES = 8
+FAILURE_LINE_LIMIT = 300
 PROBE_TIMEOUT_S = 2.0
 ENGINE_RESTARTS = RestartPolicy(
     backoff=Backoff(initial_s=1.0, factor=2.0, cap_s=30.0),
@@ -83,8 +89,22 @@ class EngineSupervisor:
         except (aiohttp.ClientError, TimeoutError, ValidationError):
             return None
 
+    @property
+    def failure(self) -> str | None:
+        """How the engine's last start ended, while it is crash_looping."""
+        if self.state != "crash_looping":
+            return None
+        engine = self._engine
+        log_tail = tail(self._command.log_path, FAILURE_LOG_LINES, line_limit=FAILURE_LINE_LIMIT)
+        return (
+            f"the engine exited with code {engine.last_exit_code} before it became healthy, "
+            f"{engine.exits_before_healthy} starts in a row; last lines of {self._command.log_path}:\n{log_tail}"
+        )
+
     def _report(self, state: ChildState) -> None:
         reported = _REPORTED[state]
+        if reported in ("starting", "unhealthy") and self._engine.exits_before_healthy >= CRASH_LOOP_AFTER:
+            reported = "crash_looping"
         if reported != self.state:
             self.state = reported
             self._on_change(reported)

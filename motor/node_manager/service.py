@@ -58,7 +58,9 @@ class NodeManager:
         )
 
     def registration(self) -> Registration:
-        return announced(self.settings, self.supervisor.state, self.supervisor.restarts)
+        return announced(
+            self.settings, self.supervisor.state, self.supervisor.restarts, self.supervisor.failure
+        )
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -96,13 +98,19 @@ class NodeManager:
             instance_id=self.settings.instance_id,
             engine_state=state,
             engine_restarts=self.supervisor.restarts,
+            engine_failure=self.supervisor.failure,
         )
 
     def _engine_changed(self, state: EngineState) -> None:
         self._beat_now.set()
 
 
-def announced(settings: NodeSettings, engine_state: EngineState, engine_restarts: int = 0) -> Registration:
+def announced(
+    settings: NodeSettings,
+    engine_state: EngineState,
+    engine_restarts: int = 0,
+    engine_failure: str | None = None,
+) -> Registration:
     """The registration a node manager with `settings` sends."""
     return Registration(
         instance_id=settings.instance_id,
@@ -113,4 +121,5 @@ def announced(settings: NodeSettings, engine_state: EngineState, engine_restarts
         endpoints=[settings.endpoint],
         engine_state=engine_state,
         engine_restarts=engine_restarts,
+        engine_failure=engine_failure,
     )

@@ -15,9 +15,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from motor.protocol.instances import Endpoint, Instance, InstanceRole, InstanceStatus
 
-EngineState = Literal["starting", "healthy", "unhealthy", "stopped"]
+EngineState = Literal["starting", "healthy", "unhealthy", "crash_looping", "stopped"]
 """What a node manager knows about its engine: `starting` until the first healthy probe, `healthy`,
-`unhealthy` (probe failing, or crashed and waiting to be restarted), `stopped` (terminated on purpose)."""
+`unhealthy` (probe failing, or crashed and waiting to be restarted), `crash_looping` (it exited before it became
+healthy on its last starts, and is restarted with a growing back-off), `stopped` (terminated on purpose)."""
+EngineFailure = Field(
+    default=None,
+    max_length=4000,
+    description="crash_looping: how the engine's last start ended (exit code, last lines of its log)",
+)
 
 UNKNOWN_INSTANCE = "unknown_instance"
 
@@ -35,12 +41,14 @@ class Registration(Message):
     endpoints: list[Endpoint] = Field(min_length=1)
     engine_state: EngineState
     engine_restarts: int = Field(default=0, ge=0)
+    engine_failure: str | None = EngineFailure
 
 
 class Heartbeat(Message):
     instance_id: str
     engine_state: EngineState
     engine_restarts: int = Field(default=0, ge=0)
+    engine_failure: str | None = EngineFailure
 
 
 class InstanceAck(Message):
@@ -65,6 +73,7 @@ class InstanceView(Message):
     node_manager_url: str
     engine_state: EngineState
     engine_restarts: int
+    engine_failure: str | None = EngineFailure
     registrations: int = Field(description="registrations this controller process accepted for the instance")
     seconds_since_heartbeat: float
 

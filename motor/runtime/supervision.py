@@ -7,7 +7,8 @@ and restart count and reports every change of state.
 States: `starting` (until a probe says healthy), `healthy` (a probe says so; without a probe, while it
 runs), `unhealthy` (a probe says so, or stopped answering after it was healthy), `restarting` (stopping it
 and waiting the backoff), `given_up` (it needed more than `max_restarts` restarts within `window_s`),
-`stopped`. The backoff grows with every restart and starts over once the child is healthy again; without a
+`stopped`. `exits_before_healthy` counts the starts in a row that ended with the child exiting before it was
+healthy (a crash loop), `last_exit_code` the last exit. The backoff grows with every restart and starts over once the child is healthy again; without a
 probe that is whenever a poll finds it running, so give one to a child that may crash after a while. With a
 probe and `startup_timeout_s`, a child that is not healthy that long after a start is restarted too.
 """
@@ -77,6 +78,8 @@ class SupervisedChild:
         self._unhealthy_since: float | None = None
         self._launched_at = 0.0
         self._task: asyncio.Task[None] | None = None
+        self.exits_before_healthy = 0
+        self.last_exit_code: int | None = None
 
     @property
     def pid(self) -> int | None:
@@ -105,6 +108,9 @@ class SupervisedChild:
             code = child.exit_code()
             if code is not None:
                 log.warning("%s (pid %d) exited with code %s", self.name, child.pid, code)
+                self.last_exit_code = code
+                if not self._was_healthy:
+                    self.exits_before_healthy += 1
                 await self._restart(f"exited with code {code}")
             else:
                 await self._watch_health()
@@ -134,6 +140,7 @@ class SupervisedChild:
             return
         if health == "healthy":
             self._was_healthy = True
+            self.exits_before_healthy = 0
             self._unhealthy_since = None
             self._failures = 0
             self._set("healthy")

@@ -183,3 +183,26 @@ async def test_a_healthy_child_survives_a_few_unanswered_probes_but_not_an_unhea
         assert supervised.restarts == 0
     finally:
         await supervised.stop()
+
+
+async def test_exits_before_healthy_are_counted_until_the_child_is_healthy(tmp_path: Path) -> None:
+    """A crash loop: starts that end before any probe said healthy; a healthy start clears the count."""
+    marker = tmp_path / "healthy-now"
+    starts = Starts(
+        f"import pathlib, sys, time\nif not pathlib.Path({str(marker)!r}).exists(): sys.exit(7)\ntime.sleep(600)",
+        tmp_path / "looping.log",
+    )
+
+    async def probe() -> Health | None:
+        return "healthy" if marker.exists() and supervised.running else "starting"
+
+    supervised = SupervisedChild("looper", starts, QUICK, probe=probe)
+    supervised.start()
+    try:
+        await wait_until(lambda: supervised.exits_before_healthy >= 3)
+        assert supervised.last_exit_code == 7
+        marker.write_text("")
+        await wait_until(lambda: supervised.state == "healthy")
+        assert supervised.exits_before_healthy == 0 and supervised.last_exit_code == 7
+    finally:
+        await supervised.stop()

@@ -61,7 +61,7 @@ def test_node_manager_reports_its_engine_state_one_hot_and_restarts() -> None:
     states = {
         dict(labels)["state"]: value for (name, labels), value in found.items() if name.endswith("state")
     }
-    assert states == {"starting": 0, "healthy": 0, "unhealthy": 1, "stopped": 0}
+    assert states == {"starting": 0, "healthy": 0, "unhealthy": 1, "crash_looping": 0, "stopped": 0}
     assert found["motor_node_manager_engine_restarts_total", ()] == 3
     assert found["motor_node_manager_registered", ()] == 1
 

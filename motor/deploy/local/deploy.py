@@ -44,7 +44,7 @@ from motor.deploy.local.state import (
 from motor.deploy.local.stop import remove_job, stop_job
 from motor.deploy.plan import LOCAL_HOST, Plan
 from motor.deploy.prometheus import CONFIG_FILE, PROMETHEUS_DIR, prometheus_files
-from motor.protocol.controller import ControllerState, bearer
+from motor.protocol.controller import ControllerState, InstanceView, bearer
 from motor.protocol.specs import NodeManagerSpec
 from motor.runtime.logs import LogFile, tail
 from motor.runtime.processes import Identity, spawn
@@ -251,7 +251,9 @@ def wait_ready(
     shown = ""
     while True:
         _check_supervised(current_state(Path(state.run_dir)) or state)
-        instances = _instances(state)
+        views = _views(state)
+        _check_crash_loops(views, expected, Path(state.run_dir))
+        instances = {v.instance.id: f"{v.instance.status} (engine {v.engine_state})" for v in views}
         readiness = Readiness(
             time.monotonic() - began,
             {name: instances.get(name) for name in sorted(expected)},
@@ -289,18 +291,29 @@ def _check_supervised(state: RunState) -> None:
             )
 
 
-def _instances(state: RunState) -> dict[str, str]:
-    """instance id → "status (engine state)" as the controller sees it."""
+def _views(state: RunState) -> list[InstanceView]:
+    """The instances as the controller sees them (none while it does not answer)."""
     answer = http_status(
         f"{state.controller_url}/controller/instances", tls=state.mgmt_tls, headers=bearer(state.token)
     )
     if answer is None or answer[0] != 200:
-        return {}
+        return []
     try:
-        views = ControllerState.model_validate_json(answer[1]).instances
+        return ControllerState.model_validate_json(answer[1]).instances
     except ValidationError:
-        return {}
-    return {v.instance.id: f"{v.instance.status} (engine {v.engine_state})" for v in views}
+        return []
+
+
+def _check_crash_loops(views: list[InstanceView], expected: set[str], run_dir: Path) -> None:
+    """An expected instance whose engine keeps exiting during its start fails the deploy now, with the reason,
+    instead of at the timeout."""
+    for view in views:
+        if view.instance.id in expected and view.engine_state == "crash_looping":
+            raise DeployError(
+                f"{view.instance.id}: its engine keeps exiting during its start (crash loop, "
+                f"{view.engine_restarts} restart(s) so far): {view.engine_failure or 'no reason reported'}",
+                log=run_dir / view.instance.id / "engine.log",
+            )
 
 
 def _coordinator_ready(state: RunState) -> bool:
