@@ -600,8 +600,10 @@ for _engine in ENGINE_SECTIONS:
     _implemented(
         _engine,
         "model_config",
-        "deprecated pyMotor form: model_name, model_path, npu_mem_utils and parallel_config are folded "
-        "into engine_config (engine_config wins)",
+        "pyMotor's form: model_name, model_path, npu_mem_utils and the role's parallel sizes "
+        "(prefill_/decode_parallel_config, else parallel_config: dp/tp/pp/pcp_size, dp_rpc_port, enable_ep; "
+        "world_size checked) are folded into engine_config under the engine type's own names (vLLM's or "
+        "SGLang's; engine_config wins)",
     )
     _implemented(
         _engine,

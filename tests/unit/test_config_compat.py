@@ -35,8 +35,73 @@ def test_legacy_model_config_merges_with_engine_config_winning():
     engine_config = topology.roles["prefill"].engine_config
     assert engine_config["served_model_name"] == "qwen3-8b"
     assert engine_config["data_parallel_size"] == 2
-    assert any("deprecated" in w for w in topology.warnings)
+    assert any("model_config: folded into engine_config" in w for w in topology.warnings)
     assert any("served_model_name='other-name' conflicts" in w for w in topology.warnings)
+
+
+def test_model_config_takes_the_roles_own_parallel_sizes_under_vllms_names():
+    user, env = seed()
+    prefill = user["motor_engine_prefill_config"]
+    for key in (
+        "data_parallel_size",
+        "tensor_parallel_size",
+        "enable_expert_parallel",
+        "data_parallel_rpc_port",
+        "gpu_memory_utilization",
+    ):
+        prefill["engine_config"].pop(key, None)
+        prefill["engine_config"].pop(key.replace("_", "-"), None)
+    prefill["model_config"] = {
+        "npu_mem_utils": 0.8,
+        "parallel_config": {"dp_size": 8},
+        "prefill_parallel_config": {
+            "dp_size": 1,
+            "tp_size": 2,
+            "pp_size": 1,
+            "enable_ep": True,
+            "dp_rpc_port": 9000,
+            "world_size": 4,
+        },
+        "decode_parallel_config": {"dp_size": 4},
+    }
+    topology = load_documents(user, env)
+    engine_config = topology.roles["prefill"].engine_config
+    assert (engine_config["data_parallel_size"], engine_config["tensor_parallel_size"]) == (1, 2)
+    assert engine_config["enable_expert_parallel"] is True and engine_config["data_parallel_rpc_port"] == 9000
+    assert engine_config["gpu_memory_utilization"] == 0.8 and "world_size" not in engine_config
+    warnings = "\n".join(topology.warnings)
+    assert "model_config.decode_parallel_config: not this section's role; ignored" in warnings
+    assert "world_size 4 is not dp_size × tp_size × pp_size (2); ignored" in warnings
+
+
+def test_model_config_of_an_sglang_section_uses_sglangs_option_names():
+    user, env = seed()
+    for section in ("motor_engine_prefill_config", "motor_engine_decode_config"):
+        user[section]["engine_type"] = "sglang"
+        user[section]["engine_config"] = {}
+        user[section]["model_config"] = {
+            "model_name": "qwen3-8B",
+            "model_path": "/mnt/weight/Qwen3-8B",
+            "npu_mem_utils": 0.9,
+            "parallel_config": {
+                "dp_size": 1,
+                "tp_size": 2,
+                "pp_size": 1,
+                "world_size": 2,
+                "dp_rpc_port": 9000,
+            },
+        }
+    topology = load_documents(user, env)
+    engine_config = topology.roles["prefill"].engine_config
+    assert engine_config == {
+        "served_model_name": "qwen3-8B",
+        "model_path": "/mnt/weight/Qwen3-8B",
+        "mem_fraction_static": 0.9,
+        "dp_size": 1,
+        "tp_size": 2,
+        "pp_size": 1,
+    }
+    assert any("dp_rpc_port has no sglang option; ignored" in w for w in topology.warnings)
 
 
 def test_unimplemented_pymotor_keys_warn_instead_of_failing():
