@@ -11,6 +11,8 @@
      aggregated request, so "added" includes the second engine leg a PD request needs.
    - aggregated + keys + rate limit: a PBKDF2 API key record (its verdict cached after the first request) and a
      token bucket large enough never to refuse.
+   - aggregated + tracing: tracer_config on, every request sampled, spans exported over OTLP gRPC to a real
+     receiver (opentelemetry-proto's TraceService) in this process.
    Also shown: the coordinator's own time per request (`motor_coordinator_overhead_seconds`, which excludes
    waits on engines; P50/P99 interpolated within its buckets).
 2. Streams: N concurrent streams (default 2,000) against a sim engine at --itl-ms 100 (10 tokens/s per
@@ -56,6 +58,10 @@ from motor.coordinator.http.upstream import UpstreamConnection, UpstreamPool
 from motor.deploy.plan import build_plan
 from motor.runtime.net import free_local_ports
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' OTLP receiver
+
+from tests.fixtures.otlp import otlp_receiver
+
 MODEL = "sim-model"
 BODY = json.dumps(
     {"model": MODEL, "prompt": "hello there, coordinator", "max_tokens": 2, "temperature": 0}
@@ -69,7 +75,10 @@ PD_CONNECTORS = {
     "concurrent": "MooncakeConnector",
 }
 SECURED = "aggregated+keys+rate"
-CONFIGS = ("aggregated", *PD_CONNECTORS, SECURED)
+TRACED = "aggregated+tracing"
+CONFIGS = ("aggregated", *PD_CONNECTORS, SECURED, TRACED)
+# where the traced configuration exports (a real OTLP gRPC receiver in this process; set by main)
+trace_endpoint = ""
 
 
 def free_port() -> int:
@@ -174,6 +183,8 @@ def coordinator_user_config(config: str, infer_port: int, mgmt_port: int) -> dic
     else:
         user["motor_deploy_config"] = {"deploy_mode": "local", "hybrid_instances_num": 1}
         user["motor_engine_union_config"] = engine
+    if config == TRACED:
+        coordinator["tracer_config"] = {"endpoint": trace_endpoint}  # every request sampled: the full cost
     if config == SECURED:
         coordinator["api_key_config"] = {"enable_api_key": True, "valid_keys": [hash_api_key(API_KEY)]}
         coordinator["rate_limit_config"] = {
@@ -647,9 +658,13 @@ async def main(args: argparse.Namespace) -> None:
                 print(f"{name:24s} {ms(p50)} {ms(p99)} {ms(cpu)}")
 
         results: list[ConfigResult] = []
-        for config in args.configs:
-            results += await measure_config(config, engines, work, args)
-            print(f"  measured {config}", flush=True)
+        with contextlib.ExitStack() as receivers:
+            if TRACED in args.configs:
+                global trace_endpoint
+                trace_endpoint = receivers.enter_context(otlp_receiver("grpc")).endpoint
+            for config in args.configs:
+                results += await measure_config(config, engines, work, args)
+                print(f"  measured {config}", flush=True)
         print_paired(results)
         plot(results, args.rates, args.plot)
 
