@@ -207,7 +207,7 @@ class LeaderKilled(Fault):
     killed_name: str = ""
     new_leader: str | None = None
     took_over_s: float | None = None
-    _killed_at: float = 0.0
+    killed_at: float = 0.0
 
     def __post_init__(self) -> None:
         self.entry_point = self.pair == "coordinator"
@@ -219,7 +219,7 @@ class LeaderKilled(Fault):
     def inject(self, cluster: ChaosCluster) -> None:
         self.killed_name = next(name for name in self.names if cluster.leadership(name) == "leader")
         self.killed = cluster.pid(self.killed_name)
-        self._killed_at = time.monotonic()
+        self.killed_at = time.monotonic()
         _signal(self.killed, signal.SIGKILL)
 
     def recovered(self, cluster: ChaosCluster) -> bool:
@@ -228,7 +228,7 @@ class LeaderKilled(Fault):
             leading = [name for name in self.names if cluster.leadership(name) == "leader"]
             if leading and cluster.pid(leading[0]) != self.killed:
                 self.new_leader = leading[0]
-                self.took_over_s = time.monotonic() - self._killed_at
+                self.took_over_s = time.monotonic() - self.killed_at
         if self.new_leader is None:
             return False
         waiting = next(name for name in self.names if name != self.new_leader)

@@ -49,14 +49,22 @@ def test_leader_controller_killed_the_lock_passes_without_routing_changes(
     assert re.findall(r"(\d+) instance\(s\) restored", log)[-1] == str(len(INSTANCES)), log[-3000:]
 
 
-def test_leader_coordinator_killed_the_port_moves_to_the_new_leader(standby_cluster: ChaosCluster) -> None:
+def test_leader_coordinator_killed_no_connection_is_refused(standby_cluster: ChaosCluster) -> None:
     fault = LeaderKilled("leader coordinator killed", pair="coordinator")
     result = run_fault(standby_cluster, fault, CI_LOAD)
     print(result.report)
     assert result.report.violations == [], failures(result.outcomes)
     assert fault.took_over_s is not None
-    # while no process held the port, clients were refused at once: connection errors, nothing hung
-    others = [o for o in result.outcomes if o.end is not End.OK]
-    assert all(o.end in (End.CONNECTION_BEFORE_TOKEN, End.CONNECTION_AFTER_TOKEN) for o in others), failures(
+    # the job supervisor holds the inference port: what arrived after the kill waited in its backlog for the
+    # next leader and was answered; only what the killed process held was lost, as connection errors
+    after = [o for o in result.outcomes if o.started > fault.killed_at]
+    assert after and all(o.end is End.OK for o in after), failures(result.outcomes)
+    lost = [o for o in result.outcomes if o.end is not End.OK]
+    assert all(o.started <= fault.killed_at for o in lost), failures(result.outcomes)
+    assert all(o.end in (End.CONNECTION_BEFORE_TOKEN, End.CONNECTION_AFTER_TOKEN) for o in lost), failures(
         result.outcomes
+    )
+    print(
+        f"lost with the killed leader: {len(lost)}; sent after the kill: {len(after)}, all answered, the slowest "
+        f"in {max(o.seconds for o in after):.1f} s (the takeover took {fault.took_over_s:.1f} s)"
     )

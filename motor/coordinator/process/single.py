@@ -25,6 +25,7 @@ from motor.coordinator.metrics import CoordinatorMetrics, InfoCollector, Instanc
 from motor.coordinator.registry import InstanceRegistry
 from motor.coordinator.settings import CoordinatorSettings
 from motor.protocol.instances import InstanceEvent, RefreshResult
+from motor.runtime.listeners import inherited
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,9 @@ async def run_single_process(settings: CoordinatorSettings, stop: asyncio.Event)
     control = LocalControl(
         core.registry, settings.profile.value, settings.required_roles, core.metrics, prometheus
     )
-    infer_socket = listen_socket(settings.bind_host, settings.infer_port)
+    # a port the job supervisor holds (local deploys) outlives this process: no refused connection while it
+    # restarts or its standby takes over
+    infer_socket = inherited("infer") or listen_socket(settings.bind_host, settings.infer_port)
     mgmt_socket = listen_socket(settings.bind_host, settings.mgmt_port)
     callback_socket = listen_socket(settings.bind_host, 0)
     callback_port = callback_socket.getsockname()[1]

@@ -37,6 +37,7 @@ from motor.protocol.workers import (
     WorkerReady,
 )
 from motor.runtime.channel import Channel, open_channel
+from motor.runtime.listeners import inherited
 
 log = logging.getLogger("motor.coordinator.process.worker")
 
@@ -76,7 +77,9 @@ async def run_worker(settings: CoordinatorSettings, index: int, control_fd: int,
         worker_index=index,
         circuit_reporter=reporter,
     )
-    infer_socket = listen_socket(settings.bind_host, settings.infer_port, reuse_port=True)
+    infer_socket = inherited("infer") or listen_socket(
+        settings.bind_host, settings.infer_port, reuse_port=True
+    )
     callback_socket = listen_socket(settings.bind_host, 0)
     callback_port = callback_socket.getsockname()[1]
     await core.start(f"http://{settings.advertise_host}:{callback_port}")

@@ -45,6 +45,7 @@ from motor.protocol.workers import (
 )
 from motor.runtime.backoff import Backoff
 from motor.runtime.channel import Channel, open_channel
+from motor.runtime.listeners import LISTEN_FDS_VAR, inherited, listen_fds_value
 from motor.runtime.processes import Child, grace_around, spawn, stop_all
 from motor.runtime.supervision import Health, RestartPolicy, SupervisedChild
 from motor.runtime.tls import server_context
@@ -97,9 +98,12 @@ class Supervisor:
         self,
         settings: CoordinatorSettings,
         run_dir: Path,
+        shared_infer: socket.socket | None = None,
     ) -> None:
+        """`shared_infer`: the listening socket every worker accepts on, when this process inherited one."""
         self.settings = settings
         self.profile = settings.profile.value
+        self._shared_infer = shared_infer
         self.required_roles = settings.required_roles
         self.registry = InstanceRegistry()
         self._spec_path = settings.spec_path
@@ -215,6 +219,10 @@ class Supervisor:
     async def _start_worker(self, worker: WorkerHandle) -> Child:
         parent, child = socket.socketpair()
         env = {**os.environ, PROMETHEUS_DIR_VAR: str(self._prometheus_dir)}
+        fds = [child.fileno()]
+        if self._shared_infer is not None:
+            fds.append(self._shared_infer.fileno())
+            env[LISTEN_FDS_VAR] = listen_fds_value({"infer": self._shared_infer.fileno()})
         try:
             process = spawn(
                 [
@@ -232,7 +240,7 @@ class Supervisor:
                 ],
                 env=env,
                 own_group=False,  # stopped with the coordinator's group
-                pass_fds=[child.fileno()],
+                pass_fds=fds,
             )
         finally:
             child.close()
@@ -291,9 +299,11 @@ async def run_supervisor(
     run_dir.mkdir(parents=True, exist_ok=True)
     # Hold the inference port (bound, not listening, SO_REUSEPORT) so nothing else takes it between worker
     # restarts; only the workers' listening sockets receive connections.
-    port_guard = listen_socket(settings.bind_host, settings.infer_port, reuse_port=True)
+    # (or share the one this process inherited: the job supervisor's, which outlives this process)
+    shared = inherited("infer")
+    port_guard = shared or listen_socket(settings.bind_host, settings.infer_port, reuse_port=True)
     mgmt_socket = listen_socket(settings.bind_host, settings.mgmt_port)
-    supervisor = Supervisor(settings, run_dir)
+    supervisor = Supervisor(settings, run_dir, shared_infer=shared)
     if settings.infer_tls is not None:
         server_context(settings.infer_tls)  # a broken certificate stops the coordinator, not each worker
     mgmt = coordinator_server(

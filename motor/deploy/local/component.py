@@ -24,6 +24,7 @@ from motor.deploy.local.stop import left_engine
 from motor.protocol import env as env_names
 from motor.protocol.credentials import instance_credential, instance_credential_env
 from motor.runtime.backoff import Backoff
+from motor.runtime.listeners import LISTEN_FDS_VAR, HeldListeners, listen_fds_value
 from motor.runtime.logs import LogFile
 from motor.runtime.processes import (
     DEPLOY_GRACE_S,
@@ -67,12 +68,15 @@ class SupervisedComponent:
         token: str,
         session: aiohttp.ClientSession,
         on_record: Callable[[], None],
+        listeners: HeldListeners,
         policy: RestartPolicy = COMPONENT_RESTARTS,
     ) -> None:
-        """`on_record` is called whenever `record` changed (the supervisor writes state.json)."""
+        """`on_record` is called whenever `record` changed (the supervisor writes state.json); `listeners` holds
+        the sockets of the job's `held_listeners` ports across restarts."""
         self.job = job  # replaced by an update that keeps the revision: the next restart uses it
         self.record: ProcessRecord | None = None
         self.supervising = False
+        self._listeners = listeners
         self._token = token
         self._session = session
         self._on_record = on_record
@@ -153,6 +157,9 @@ class SupervisedComponent:
     def _spawn(self) -> Child:
         job = self.job
         env = {**os.environ, **job.env}
+        fds = {name: self._listeners.get(address).fileno() for name, address in job.held_listeners.items()}
+        if fds:
+            env[LISTEN_FDS_VAR] = listen_fds_value(fds)
         if job.kind in TOKEN_KINDS:
             env[env_names.CONTROLLER_TOKEN] = self._token
         else:
@@ -162,7 +169,13 @@ class SupervisedComponent:
         Path(job.run_dir).mkdir(parents=True, exist_ok=True)
         restarts = self.child.restarts
         banner = f"{job.name} {f'restart {restarts}' if restarts else 'start'} by the job supervisor"
-        return spawn(job.argv, env=env, cwd=Path(job.run_dir), log=LogFile(Path(job.log), banner=banner))
+        return spawn(
+            job.argv,
+            env=env,
+            cwd=Path(job.run_dir),
+            log=LogFile(Path(job.log), banner=banner),
+            pass_fds=list(fds.values()),
+        )
 
     def _supervision_ended(self, task: "asyncio.Task[None]") -> None:
         if not task.cancelled() and task.exception() is not None:  # e.g. it could not be started again

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from motor.deploy.local.state import LOG_DIR, write_private
 from motor.deploy.plan import LOCAL_HOST, Component, ComponentKind, Plan
@@ -37,6 +37,9 @@ class ComponentJob(BaseModel):
     log: str
     revision: str
     ordinal: int | None = None  # a node manager's k on this host (motor.config.ports)
+    # ports the job supervisor listens on itself and hands to the component (name → host:port): they outlive
+    # the component's process, so a restart or a standby's takeover refuses no connection
+    held_listeners: dict[str, str] = Field(default_factory=dict)
 
 
 class JobFile(BaseModel):
@@ -90,6 +93,14 @@ def job_from_plan(
                 log=str(Path(run_dir) / LOG_DIR / f"{component.name}.log"),
                 revision=kept.get(component.name) or revision(component, spec_text),
                 ordinal=component.ordinal,
+                held_listeners=_held_listeners(component),
             )
         )
     return JobFile(generation=generation, components=components)
+
+
+def _held_listeners(component: Component) -> dict[str, str]:
+    """The coordinator's inference port: what clients connect to."""
+    if component.kind != "coordinator" or component.spec is None:
+        return {}
+    return {"infer": f"{component.spec.bind_host}:{component.ports['infer']}"}

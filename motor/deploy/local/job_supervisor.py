@@ -45,6 +45,7 @@ from motor.deploy.local.state import (
 )
 from motor.deploy.local.stop import STOP_ORDER
 from motor.protocol.controller import TerminateRequest, bearer
+from motor.runtime.listeners import HeldListeners
 from motor.runtime.processes import DEPLOY_GRACE_S, NODE_MANAGER_GRACE_S, start_ticks, stop_all
 from motor.runtime.tls import client_context
 
@@ -60,6 +61,7 @@ class JobSupervisor:
         self.state = state
         self.job = job
         self.components: dict[str, SupervisedComponent] = {}  # in job file order
+        self.listeners = HeldListeners()  # the ports that outlive their components' processes
         self._session = session
         self._stop = asyncio.Event()
         self._update = asyncio.Event()
@@ -113,7 +115,11 @@ class JobSupervisor:
         try:
             for job in jobs:
                 component = SupervisedComponent(
-                    job, token=self.state.token, session=self._session, on_record=self.save
+                    job,
+                    token=self.state.token,
+                    session=self._session,
+                    on_record=self.save,
+                    listeners=self.listeners,
                 )
                 self.components[job.name] = component
                 try:
@@ -136,7 +142,9 @@ class JobSupervisor:
             log.info("%s started (pid %s)", component.name, record.pid if record else "?")
 
     async def stop_components(self) -> None:
-        """Stop every component, kind by kind in STOP_ORDER, each kind at once within its grace."""
+        """Stop every component, kind by kind in STOP_ORDER, each kind at once within its grace. The held
+        listeners close first: a stopped job refuses connections rather than keeping them waiting."""
+        self.listeners.close()
         for component in self.components.values():
             await component.child.halt()
         for kind in STOP_ORDER:
