@@ -197,3 +197,64 @@ async def test_a_request_a_replay_cannot_carry_ends_with_an_error_event(
     assert chunks[-1]["error"]["code"] in ("upstream_failed", "incomplete_stream")
     assert text.endswith("data: [DONE]\n\n")
     assert coordinator_metric(coordinator, RESUMED) == 0
+
+
+async def test_the_replay_goes_on_when_its_prefill_dies_too(
+    shared_mooncake_master: RunningPool, sim_engines: StartSimEngine, coordinators: StartCoordinator
+) -> None:
+    """The decode engine dies mid-stream, then the prefill engine running the replay's prefill leg: the replay's
+    prefill moves to the other prefill instance and the client's stream still ends whole."""
+    store = shared_mooncake_master.store_config
+    slow_prefill = ["--prefill-ms-per-token", "10"]  # a replay leg of ~80 tokens runs for ~0.8 s
+    prefills = [
+        sim_engines(kv_role="kv_producer", store_config=store, extra_args=slow_prefill) for _ in range(2)
+    ]
+    reader = {**store, "global_segment_size": 0}
+    decode_args = ["--kv-wait-timeout-s", "10", "--itl-ms", "40"]
+    decodes = [
+        sim_engines(kv_role="kv_consumer", store_config=reader, extra_args=decode_args) for _ in range(2)
+    ]
+    coordinator = coordinators(profile="prefill_first", coordinator_config=REPLAY)
+    coordinator.register(
+        [sim_instance(p, "prefill") for p in prefills] + [sim_instance(d, "decode") for d in decodes]
+    )
+    body = completion(stream_tokens=True)
+    killed: list[SimEngine] = []
+
+    async def kill_the_replays_prefill() -> None:
+        for _ in range(500):
+            running = [p for p in prefills if engine_metric(p, "vllm:num_requests_running")]
+            if running:
+                running[0].process.kill()
+                killed.append(running[0])
+                return
+            await asyncio.sleep(0.01)
+
+    received = b""
+    killer: asyncio.Task[None] | None = None
+    async with (
+        httpx.AsyncClient(base_url=coordinator.base_url, timeout=60) as http,
+        http.stream("POST", "/v1/completions", json=body) as response,
+    ):
+        assert response.status_code == 200
+        async for chunk in response.aiter_bytes():
+            received += chunk
+            if killer is None and received.count(b"data: {") >= 6:
+                decode = next(d for d in decodes if engine_metric(d, "vllm:num_requests_running"))
+                decode.process.kill()
+                killed.append(decode)
+                killer = asyncio.create_task(kill_the_replays_prefill())
+    assert killer is not None
+    await killer
+    assert len(killed) == 2, "the replay's prefill leg was never seen running"
+    for engine in killed:
+        assert_killed(engine)
+    chunks = whole_stream(received.decode())
+    prompt_ids = chunks[0]["choices"][0]["prompt_token_ids"]
+    assert output_ids(chunks) == expected_tokens(
+        prompt_ids, max_tokens=MAX_TOKENS, seed=SEED, ignore_eos=True
+    )
+    assert chunks[-1]["usage"]["completion_tokens"] == MAX_TOKENS
+    assert coordinator_metric(coordinator, RESUMED) == 1
+    retried = coordinator_metric(coordinator, 'motor_coordinator_retries_total{role="prefill"}')
+    assert retried >= 1, "the replay's prefill leg was not retried on the other prefill"
