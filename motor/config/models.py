@@ -282,6 +282,10 @@ class SchedulerConfig(Section):
     affinity_max_load_ratio: Annotated[float, Strict(), Field(ge=1.0)] = 2.0
     admission_max_prefill_tokens: Annotated[int, Strict(), Field(ge=1)] = 16384
     admission_max_decode_requests: Annotated[int, Strict(), Field(ge=1)] = 256
+    enable_pd_separation_fallback_to_hybrid: Bool = Field(
+        default=True,
+        description="a PD profile with no routable prefill or decode instance serves aggregated on what is left",
+    )
     admission_queue_timeout: Annotated[float, Strict(), Field(ge=0)] = 5.0
     stall_degraded_after: Annotated[int, Strict(), Field(ge=1)] = 2
     stall_recovery_half_life: PositiveSeconds = 60.0

@@ -390,11 +390,11 @@ _implemented(
     "scheduler_type kv_cache_affinity's scoring, pyMotor's formula (w_npu: the engine's own KV cache, w_cpu: "
     "its CPU tier and the shared pool, w_disk: a disk tier)",
 )
-_warned(
+_implemented(
     _S,
     "enable_pd_separation_fallback_to_hybrid",
-    "motor always serves aggregated on prefill instances while no decode instance is up or routable (open "
-    "circuits)",
+    "true (the default): with no routable prefill or decode instance (none up, or open circuits) a PD request "
+    "runs aggregated on union, else prefill instances; false: it waits for the role, then 503",
 )
 _warned_section(
     f"{_S}.kv_conductor_config",

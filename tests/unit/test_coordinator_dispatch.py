@@ -66,3 +66,13 @@ def test_inactive_instances_do_not_count() -> None:
     decode = reg.instances["decode-1"].model_copy(update={"status": "inactive"})
     reg.apply(InstanceEvent(event="add", instances=[decode]))
     assert choose_flow(DispatchProfile.CONCURRENT, reg) is AGGREGATED_ON_PREFILL
+
+
+@pytest.mark.parametrize("profile", sorted(PD_FLOWS))
+def test_without_the_fallback_a_pd_profile_waits_for_its_roles(profile: DispatchProfile) -> None:
+    assert choose_flow(profile, registry("prefill", "decode"), False) is PD_FLOWS[profile]
+    for roles, missing in ((("prefill",), "decode"), (("union", "decode"), "prefill")):
+        with pytest.raises(LegFailure) as refused:
+            choose_flow(profile, registry(*roles), False)
+        assert refused.value.reason == f"no_{missing}_instance" and refused.value.retryable
+        assert "enable_pd_separation_fallback_to_hybrid is false" in refused.value.message

@@ -66,7 +66,8 @@ class InferenceApp:
     def __init__(self, core: Core) -> None:
         self.core = core
         self.created = int(time.time())
-        self._choose_flow = partial(choose_flow, core.profile, core.registry)
+        fallback = core.config.scheduler_config.enable_pd_separation_fallback_to_hybrid
+        self._choose_flow = partial(choose_flow, core.profile, core.registry, fallback)
         self.max_connections = core.config.request_limit.max_connections
         self.replay = core.config.exception_config.reschedule_config.enable
         self._replayer: Replayer | None = None

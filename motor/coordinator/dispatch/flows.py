@@ -124,14 +124,27 @@ AGGREGATED_ON_UNION = _aggregated_on("union")
 AGGREGATED_ON_PREFILL = _aggregated_on("prefill")
 
 
-def choose_flow(profile: DispatchProfile, registry: InstanceRegistry) -> Flow:
-    """The profile's flow when its roles are up; aggregated on union or prefill instances as the fallback.
+def choose_flow(
+    profile: DispatchProfile, registry: InstanceRegistry, fallback_to_hybrid: bool = True
+) -> Flow:
+    """The profile's flow when its roles are up; aggregated on union or prefill instances as the fallback
+    (pyMotor's `enable_pd_separation_fallback_to_hybrid`; without it a PD profile waits for its roles).
 
     Decided per attempt from the instance set of that moment; when no flow can run, the retryable
     LegFailure lets the attempt wait (with backoff) for the controller to register instances.
     """
-    if profile != DispatchProfile.AGGREGATED and registry.has_role("prefill") and registry.has_role("decode"):
+    pd = profile != DispatchProfile.AGGREGATED
+    if pd and registry.has_role("prefill") and registry.has_role("decode"):
         return PD_FLOWS[profile]
+    if pd and not fallback_to_hybrid:
+        missing = "prefill" if not registry.has_role("prefill") else "decode"
+        raise no_instance(
+            missing,
+            f"no {missing} instance can take the request and scheduler_config."
+            "enable_pd_separation_fallback_to_hybrid is false: wait until the controller registers one (or "
+            "an open circuit closes), or set it to true to serve aggregated on what is left",
+            f"no_{missing}_instance",
+        )
     if registry.has_role("union"):
         return AGGREGATED_ON_UNION
     if registry.has_role("prefill"):
