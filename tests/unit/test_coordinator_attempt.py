@@ -176,6 +176,21 @@ async def test_a_leg_failure_before_output_is_retried_elsewhere_after_backoff(
     assert core.retry_policy.next_delay(2) == 0.5
 
 
+async def test_when_every_instance_failed_the_request_the_latest_failure_is_avoided(core: Core) -> None:
+    d = dispatch(core)
+    ids = sorted({t.instance_id for t in core.registry.targets("prefill")})
+    assert len(ids) >= 2
+    for instance_id in ids:
+        d.exclude("prefill", instance_id)
+    latest = ids[-1]
+    assert d.latest_excluded("prefill") == {latest}
+    picked = await d.new_attempt().pick("prefill")
+    assert picked.instance_id != latest, "back to the instance that failed it last (a dead engine, say)"
+    d.exclude("prefill", picked.instance_id)
+    assert d.latest_excluded("prefill") == {picked.instance_id}
+    assert (await d.new_attempt().pick("prefill")).instance_id != picked.instance_id
+
+
 async def test_no_instance_is_retried_without_excluding_anything(core: Core) -> None:
     d = dispatch(core)
     attempt = d.new_attempt()

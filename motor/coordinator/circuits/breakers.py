@@ -6,8 +6,8 @@ served a leg well. There is no half-open state that lets a trial request through
 instance's endpoints must answer GET /health; a probe that passes closes the circuit, one that fails opens it
 again for the next, longer timeout. Any successful leg closes the circuit and forgets the failures and trips.
 
-An instance that the controller registers anew (first seen, or with another engine id: its engine restarted)
-starts with a closed circuit: its old failures belonged to a process that is gone.
+An instance that leaves the registered set (the controller removes one whose engine crashed or stopped
+answering) or comes back under another engine id starts again with a closed circuit.
 """
 
 from collections.abc import Iterable

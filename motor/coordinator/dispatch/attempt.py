@@ -402,8 +402,12 @@ class Attempt:
         excluded = dispatch.excluded(role)
         target = scheduler.pick(role, dispatch.request.demand, excluded)  # type: ignore[arg-type]
         if target is None and excluded:
-            # Every instance of the role already failed this request: try again where it failed.
-            target = scheduler.pick(role, dispatch.request.demand)  # type: ignore[arg-type]
+            # Every instance of the role already failed this request: try again where it failed, but not where
+            # it failed last (a replay after an engine died must not go back to the dead engine first).
+            demand = dispatch.request.demand
+            target = scheduler.pick(role, demand, dispatch.latest_excluded(role))  # type: ignore[arg-type]
+            if target is None:
+                target = scheduler.pick(role, demand)  # type: ignore[arg-type]
         return target
 
     async def _wait_for_room(self, role: str) -> Target | None:

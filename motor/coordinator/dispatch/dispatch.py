@@ -15,6 +15,7 @@ from motor.coordinator.dispatch.context import DispatchContext
 from motor.coordinator.dispatch.failures import ABORTS
 
 _NOTHING_EXCLUDED: frozenset[str] = frozenset()
+_LATEST = "latest:"  # the key, beside the role's, of the one instance that failed the request last
 
 
 _ID_BYTES = 16
@@ -108,6 +109,14 @@ class Dispatch:
         if self._excluded is None:
             self._excluded = {}
         self._excluded.setdefault(role, set()).add(instance_id)
+        self._excluded.setdefault(_LATEST + role, set()).clear()
+        self._excluded[_LATEST + role].add(instance_id)
+
+    def latest_excluded(self, role: str) -> set[str] | frozenset[str]:
+        """The instance of `role` that failed this request last (empty when none did)."""
+        if self._excluded is None:
+            return _NOTHING_EXCLUDED
+        return self._excluded.get(_LATEST + role, _NOTHING_EXCLUDED)
 
     # ---- where the time goes -------------------------------------------------------------------------------
 
