@@ -54,7 +54,10 @@ def everything_on(
         **env.get("motor_engine_prefill_env", {}),
         "HF_TOKEN": SECRET_VALUES[0],
     }
-    env["motor_controller_env"] = {"MOTOR_ETCD_PASSWORD": SECRET_VALUES[1], "MOTOR_ETCD_USERNAME": "motor-etcd-admin"}
+    env["motor_controller_env"] = {
+        "MOTOR_ETCD_PASSWORD": SECRET_VALUES[1],
+        "MOTOR_ETCD_USERNAME": "motor-etcd-admin",
+    }
     return user, env
 
 
