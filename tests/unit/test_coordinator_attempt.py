@@ -183,12 +183,32 @@ async def test_when_every_instance_failed_the_request_the_latest_failure_is_avoi
     for instance_id in ids:
         d.exclude("prefill", instance_id)
     latest = ids[-1]
-    assert d.latest_excluded("prefill") == {latest}
     picked = await d.new_attempt().pick("prefill")
-    assert picked.instance_id != latest, "back to the instance that failed it last (a dead engine, say)"
+    assert picked.instance_id != latest, "back to the instance that failed it last"
     d.exclude("prefill", picked.instance_id)
-    assert d.latest_excluded("prefill") == {picked.instance_id}
     assert (await d.new_attempt().pick("prefill")).instance_id != picked.instance_id
+
+
+async def test_an_instance_that_looks_gone_is_not_tried_again_while_another_is_left(core: Core) -> None:
+    """A replay's retries alternated between a live decode that timed out and the dead one that refused the
+    connection, and ended on the dead one (CI, 2026-12-04): a gone instance is tried last."""
+    d = dispatch(core)
+    dead, alive = sorted({t.instance_id for t in core.registry.targets("prefill")})[:2]
+    d.exclude("prefill", dead, gone=True)
+    d.exclude("prefill", alive)
+    for _ in range(3):
+        picked = await d.new_attempt().pick("prefill")
+        assert picked.instance_id != dead
+        d.exclude("prefill", picked.instance_id)
+    ids = {t.instance_id for t in core.registry.targets("prefill")}
+    for instance_id in ids - {dead}:
+        d.exclude("prefill", instance_id, gone=True)
+    last_resort = await d.new_attempt().pick("prefill")  # raises when nothing is picked
+    assert last_resort.instance_id in ids, "every instance looks gone: one is tried anyway"
+
+
+def test_the_connect_and_closed_failures_mark_an_instance_gone() -> None:
+    assert [k for k, rule in FAILURES.items() if rule.instance_gone] == ["connect", "closed"]
 
 
 async def test_no_instance_is_retried_without_excluding_anything(core: Core) -> None:

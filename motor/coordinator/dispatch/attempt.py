@@ -399,15 +399,16 @@ class Attempt:
     def _pick_now(self, role: str) -> Target | None:
         dispatch = self.dispatch
         scheduler = self.context.scheduler
-        excluded = dispatch.excluded(role)
-        target = scheduler.pick(role, dispatch.request.demand, excluded)  # type: ignore[arg-type]
-        if target is None and excluded:
-            # Every instance of the role already failed this request: try again where it failed, but not where
-            # it failed last (a replay after an engine died must not go back to the dead engine first).
-            demand = dispatch.request.demand
-            target = scheduler.pick(role, demand, dispatch.latest_excluded(role))  # type: ignore[arg-type]
-            if target is None:
-                target = scheduler.pick(role, demand)  # type: ignore[arg-type]
+        demand = dispatch.request.demand
+        failed = dispatch.failed(role)
+        if failed is None:
+            return scheduler.pick(role, demand)  # type: ignore[arg-type]
+        target = scheduler.pick(role, demand, failed.all)  # type: ignore[arg-type]
+        for avoid in failed.fallbacks() if target is None else ():
+            # every instance of the role failed this request already: try again where it failed
+            target = scheduler.pick(role, demand, avoid)  # type: ignore[arg-type]
+            if target is not None:
+                break
         return target
 
     async def _wait_for_room(self, role: str) -> Target | None:
@@ -635,7 +636,7 @@ class Attempt:
             else f"{failure.role} leg failed"
         )
         if failure.rule.exclude_instance and failure.target is not None:
-            dispatch.exclude(failure.role, failure.target.instance_id)
+            dispatch.exclude(failure.role, failure.target.instance_id, failure.rule.instance_gone)
         self.failure, delay = settle(
             failure,
             self.number,

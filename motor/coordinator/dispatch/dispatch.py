@@ -12,10 +12,10 @@ from typing import Any
 from motor.coordinator.client_request import ClientRequest
 from motor.coordinator.dispatch.attempt import Attempt
 from motor.coordinator.dispatch.context import DispatchContext
+from motor.coordinator.dispatch.failed_instances import FailedInstances
 from motor.coordinator.dispatch.failures import ABORTS
 
 _NOTHING_EXCLUDED: frozenset[str] = frozenset()
-_LATEST = "latest:"  # the key, beside the role's, of the one instance that failed the request last
 
 
 _ID_BYTES = 16
@@ -34,8 +34,8 @@ def new_request_id() -> str:
 
 class Dispatch:
     __slots__ = (
-        "_excluded",
         "_extra_overhead",
+        "_failed",
         "_sending_since",
         "_task",
         "_waited",
@@ -74,7 +74,7 @@ class Dispatch:
         self.closed = False
         self.replays = 0  # times the stream was replayed after its output started (`replay.py`)
         self.span: Any = None  # the request's trace span, when tracing is on
-        self._excluded: dict[str, set[str]] | None = None
+        self._failed: dict[str, FailedInstances] | None = None
         self._waited = 0.0
         self._extra_overhead = 0.0
         self._sending_since = 0.0
@@ -101,22 +101,17 @@ class Dispatch:
     # ---- instances that failed this request ----------------------------------------------------------------
 
     def excluded(self, role: str) -> set[str] | frozenset[str]:
-        if self._excluded is None:
-            return _NOTHING_EXCLUDED
-        return self._excluded.get(role, _NOTHING_EXCLUDED)
+        failed = self.failed(role)
+        return _NOTHING_EXCLUDED if failed is None else failed.all
 
-    def exclude(self, role: str, instance_id: str) -> None:
-        if self._excluded is None:
-            self._excluded = {}
-        self._excluded.setdefault(role, set()).add(instance_id)
-        self._excluded.setdefault(_LATEST + role, set()).clear()
-        self._excluded[_LATEST + role].add(instance_id)
+    def failed(self, role: str) -> FailedInstances | None:
+        return None if self._failed is None else self._failed.get(role)
 
-    def latest_excluded(self, role: str) -> set[str] | frozenset[str]:
-        """The instance of `role` that failed this request last (empty when none did)."""
-        if self._excluded is None:
-            return _NOTHING_EXCLUDED
-        return self._excluded.get(_LATEST + role, _NOTHING_EXCLUDED)
+    def exclude(self, role: str, instance_id: str, gone: bool = False) -> None:
+        """`instance_id` failed the request; `gone`: it refused the connection or dropped it (likely dead)."""
+        if self._failed is None:
+            self._failed = {}
+        self._failed.setdefault(role, FailedInstances()).add(instance_id, gone)
 
     # ---- where the time goes -------------------------------------------------------------------------------
 

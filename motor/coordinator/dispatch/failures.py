@@ -5,7 +5,8 @@ first output reached the client), whether the next attempts avoid the instance t
 (`exclude_instance`), the HTTP status and error type when the request ends with it before the response
 started, the SSE error code when it happens after (then the relay ends the stream with an error event), and
 whether it counts against the instance's circuit breaker (`breaks_circuit`: the instance's own fault, not the
-coordinator closing a leg, nor a slow prefill, which its stall count handles).
+coordinator closing a leg, nor a slow prefill, which its stall count handles), and whether the instance looks
+gone (`instance_gone`: once every instance failed the request, a gone one is tried last; `failed_instances.py`).
 `ABORTS` are the ends imposed from outside the legs (client gone, client not reading, infer_timeout, shutdown).
 
 What a failure before the response started leads to is `settle`: the row, the retry guard, `max_retry`,
@@ -48,15 +49,20 @@ class FailureRule:
     error_type: str
     stream_code: str
     breaks_circuit: bool = False
+    instance_gone: bool = False
 
 
 _LEG = FailureRule(True, True, 502, UPSTREAM_ERROR, "upstream_failed", breaks_circuit=True)
+# the connection was refused or dropped: the engine is likely dead
+_GONE = FailureRule(
+    True, True, 502, UPSTREAM_ERROR, "upstream_failed", breaks_circuit=True, instance_gone=True
+)
 
 FAILURES: dict[str, FailureRule] = {
     # below HTTP: the kinds of motor.coordinator.http.upstream.UpstreamError
-    "connect": _LEG,
+    "connect": _GONE,
     "timeout": FailureRule(True, True, 504, UPSTREAM_ERROR, "read_timeout", breaks_circuit=True),
-    "closed": _LEG,
+    "closed": _GONE,
     "protocol": _LEG,
     "cancelled": FailureRule(True, True, 502, UPSTREAM_ERROR, "upstream_failed"),
     # the engine's answer: 5xx, 408 or 429 (reason http_<status>); a body that is not an OpenAI response; a

@@ -322,7 +322,7 @@ class Replayer:
             self.count("completed")
             return ledger.closing()
         if failure.kind != "recomputed" and failure.target is not None:
-            d.exclude(failure.role, failure.target.instance_id)
+            d.exclude(failure.role, failure.target.instance_id, failure.rule.instance_gone)
         delay = self.exceptions.retry_delay * 2**ledger.replays
         if d.loop.time() + delay >= d.deadline:
             message = f"the request exceeded infer_timeout ({self.exceptions.infer_timeout:g} s)"
