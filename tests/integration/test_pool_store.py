@@ -1,5 +1,7 @@
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -178,6 +180,44 @@ def test_client_without_any_segment_in_the_pool_gets_a_clear_no_space_error(
         lonely.put("nowhere", b"bytes")
 
     assert caught.value.code == NO_AVAILABLE_HANDLE
+
+
+SEGMENT_HOLDER = """
+import json, sys, time
+from motor.kvstore.client import StoreClient
+client = StoreClient.connect(json.loads(sys.argv[1]))
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_writes_land_while_killed_clients_segments_are_still_registered(mooncake_master: RunningPool) -> None:
+    """A SIGKILLed client's segment stays in the master for about 10 s and placements that land on it fail
+    (TRANSFER_FAIL, -800); with three dead segments beside one live one most first placements do: every write
+    still succeeds, placed anew on the writer's own segment."""
+    config = mooncake_master.store_config
+    with StoreClient.connect(config) as survivor:
+        holders = [
+            subprocess.Popen(
+                [sys.executable, "-c", SEGMENT_HOLDER, json.dumps(config)], stdout=subprocess.PIPE, text=True
+            )
+            for _ in range(3)
+        ]
+        try:
+            for holder in holders:
+                assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        finally:
+            for holder in holders:
+                holder.kill()
+                holder.wait(timeout=10)
+        values = {f"after-kill-{i}": payload(4096, seed=i) for i in range(40)}
+        for key, value in values.items():
+            survivor.put(key, value)
+        survivor.upsert("upserted-after-kill", b"u" * 512)
+        batch = {f"batch-after-kill-{i}": payload(4096, seed=i) for i in range(8)}
+        survivor.put_batch(batch)
+        assert survivor.get_batch([*values, *batch]) == [*values.values(), *batch.values()]
+        assert mooncake_master.master.running
 
 
 def test_adopted_native_store_and_client_see_the_same_objects(shared_mooncake_master: RunningPool) -> None:
