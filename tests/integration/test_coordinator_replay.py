@@ -78,12 +78,11 @@ class PdCluster:
 def cluster(shared_mooncake_master: RunningPool, sim_engines: StartSimEngine) -> Iterator[PdCluster]:
     store = shared_mooncake_master.store_config
     prefill = sim_engines(kv_role="kv_producer", store_config=store)
-    # Under concurrent a replay's decode leg sometimes waits for KV that never lands (about 1 run in 5, not
-    # diagnosed; docs/chaos.md): the decode then computes the prompt itself after its KV wait, within
-    # first_token_timeout, so the stream still resumes, later.
+    # A decode whose KV never lands answers 504 after 3 s rather than holding the replay for the default wait.
     decode_args = ["--kv-wait-timeout-s", "3", "--itl-ms", "40"]
-    # The decodes lend the pool no memory: a killed client's segment stays in the master for a while and writes
-    # placed there fail (Mooncake -800), which would test the pool's recovery, not the replay.
+    # The decodes lend the pool no memory: a killed client's segment stays in the master for about 10 s and writes
+    # placed there fail (Mooncake -800); the pool client places them again, but that is the pool's recovery
+    # (tests/integration/test_pool_store.py), not the replay's.
     reader = {**store, "global_segment_size": 0}
     decodes = [
         sim_engines(kv_role="kv_consumer", store_config=reader, extra_args=decode_args) for _ in range(2)

@@ -22,8 +22,6 @@ import re
 import secrets
 import signal
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,7 +39,13 @@ from motor.engine.patches.registry import decide_all
 from motor.pool.metrics import scrape_pool
 from tests.fixtures.control import pid_alive
 from tests.fixtures.kv_handover import assert_kv_handover, decode_counters
-from tests.fixtures.local_example import write_local_example
+from tests.fixtures.local_example import (
+    build_tiny_model,
+    deployed,
+    engine_api_server_pid,
+    log_tails,
+    write_local_example,
+)
 from tests.fixtures.otlp import OtlpReceiver, ReceivedSpan, otlp_receiver
 from tests.installs import needs_vllm
 
@@ -52,9 +56,7 @@ pytestmark = [
 
 MODEL_DIR = ".motor/models/tiny"  # the example's (relative) model path
 JOB_ID = "motor-e2e-vllm"
-DEPLOY_TIMEOUT_S = 600.0
 REQUEST_TIMEOUT_S = 120.0
-MOTOR = [sys.executable, "-m", "motor.cli.main"]
 GREEDY = {"model": "tiny", "temperature": 0, "ignore_eos": True, "return_token_ids": True}
 EXTERNAL = 'source="external_kv_transfer"'
 LOCAL = 'source="local_compute"'
@@ -79,27 +81,13 @@ class Deployment:
         return {name: url for name, url in self.engines.items() if name.startswith("prefill-")}
 
     def decode_engine_pid(self) -> int:
-        """The vLLM API server of decode-0: the child of the engine server the node manager recorded, checked by
-        its command line (vLLM's API server on decode-0's port, engine id decode-0)."""
-        wrapper = json.loads((self.run_root / JOB_ID / "decode-0" / "engine.pid").read_text())["pid"]
-        (engine,) = Path(f"/proc/{wrapper}/task/{wrapper}/children").read_text().split()
-        argv = Path(f"/proc/{engine}/cmdline").read_bytes().decode().split("\0")
-        port = self.decode.rsplit(":", 1)[1]
-        transfer = json.loads(argv[argv.index("--kv-transfer-config") + 1])
-        assert "vllm.entrypoints.openai.api_server" in argv, argv
-        assert argv[argv.index("--port") + 1] == port and transfer["engine_id"] == "decode-0", argv
-        return int(engine)
+        return engine_api_server_pid(self.run_root, JOB_ID, "decode-0", int(self.decode.rsplit(":", 1)[1]))
 
     def coordinator_log(self) -> str:
         return (self.run_root / JOB_ID / "logs" / "coordinator.log").read_text(errors="replace")
 
     def log_tails(self, lines: int = 30) -> str:
-        logs = sorted((self.run_root / JOB_ID).glob("**/*.log"))
-        return "\n".join(f"--- {log} ---\n{tail(log, lines)}" for log in logs)
-
-
-def tail(path: Path, lines: int) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+        return log_tails(self.run_root, JOB_ID, lines)
 
 
 @pytest.fixture(scope="module")
@@ -113,12 +101,7 @@ def receiver() -> Iterator[OtlpReceiver]:
 def deployment(tmp_path_factory: pytest.TempPathFactory, receiver: OtlpReceiver) -> Iterator[Deployment]:
     root = tmp_path_factory.mktemp("e2e-vllm")
     log_path = root / "motor-cli.log"
-    offline = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    with log_path.open("ab") as log:
-        built = subprocess.run(
-            [*MOTOR, "model", "tiny", MODEL_DIR], cwd=root, env=offline, stdout=log, stderr=log, timeout=300
-        )
-    assert built.returncode == 0, tail(log_path, 30)
+    build_tiny_model(root, MODEL_DIR, log_path)
     config_dir = write_local_example(root / "config", JOB_ID, extra_env={"OTEL_BSP_SCHEDULE_DELAY": "200"})
     user_path = config_dir / "user_config.json"
     user = json.loads(user_path.read_text())
@@ -142,26 +125,8 @@ def deployment(tmp_path_factory: pytest.TempPathFactory, receiver: OtlpReceiver)
         block_size=int(topology.roles["decode"].engine_config["block_size"]),
         pool_metrics_url=f"http://127.0.0.1:{topology.pool.metrics_port}/metrics",
     )
-    try:
-        with log_path.open("ab") as log:
-            deployed = subprocess.run(
-                [*MOTOR, "deploy", "--config-dir", str(config_dir), "--run-root", str(run_root)],
-                cwd=root,
-                stdout=log,
-                stderr=log,
-                timeout=DEPLOY_TIMEOUT_S,
-            )
-        if deployed.returncode != 0:
-            pytest.fail(f"motor deploy failed:\n{tail(log_path, 40)}\n{deploy.log_tails()}")
+    with deployed(root, config_dir, run_root, JOB_ID, log_path):
         yield deploy
-    finally:
-        with log_path.open("ab") as log:
-            subprocess.run(
-                [*MOTOR, "stop", "--job-id", JOB_ID, "--run-root", str(run_root)],
-                stdout=log,
-                stderr=log,
-                timeout=180,
-            )
 
 
 # ---- helpers ---------------------------------------------------------------------------------------------------
