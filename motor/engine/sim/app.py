@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from motor.engine.sim import sse
 from motor.engine.sim.config import OWNED_BY, SimConfig
+from motor.engine.sim.ec_storage import EcStorage
 from motor.engine.sim.engine import GenerationRequest, Sequence, SimEngine
 from motor.engine.sim.errors import SimError, bad_request
 from motor.engine.sim.faults import FaultInjector
@@ -125,6 +126,8 @@ class SimApp:
         self._tracer = tracer
         self._faults = faults
         self._metrics = metrics
+        # without a connector, multimodal items are "encoded" here: nothing to hand over
+        self._ec = None if config.ec_transfer is None else EcStorage(config.ec_transfer, metrics)
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(
             EngineCollector(
@@ -274,7 +277,11 @@ class SimApp:
                 return
             api = parse_request(endpoint, self._json_body(raw), self._config)
             transfer = parse_transfer_params(api.kv_transfer_params)
+            if self._ec is not None:
+                await self._ec.hand_over(api.mm_items)
         except SimError as exc:
+            if exc.status >= 500:
+                log.warning("request %s failed: %s", request_id, exc.message)
             await _send_error(send, exc, headers)
             return
         seq = Sequence(

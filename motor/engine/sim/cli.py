@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from motor.config.transfer import KvTransferConfig
 from motor.engine.sim.capacity import CapacityModel, blocks_for
-from motor.engine.sim.config import KvEventsConfig, SimConfig
+from motor.engine.sim.config import EcTransferConfig, KvEventsConfig, SimConfig
 from motor.engine.sim.faults import Faults
 from motor.engine.sim.latency import LatencyModel
 from motor.kv.block_hashes import ALGORITHMS, DEFAULT_ALGORITHM, DEFAULT_SEED
@@ -148,6 +148,15 @@ def build_parser() -> argparse.ArgumentParser:
         '"engine_id": "prefill-0"}; the simulator reads kv_role and engine_id',
     )
     kv.add_argument(
+        "--ec-transfer-config",
+        type=_json_object,
+        default=None,
+        help='vLLM\'s shape, e.g. {"ec_connector": "ECExampleConnector", "ec_role": "ec_producer", '
+        '"ec_connector_extra_config": {"shared_storage_path": "/tmp/ec"}}: an ec_producer (encode instance) '
+        "writes each image's or video's encoder output there, an ec_consumer (prefill) needs it there; "
+        "without, multimodal items are encoded locally",
+    )
+    kv.add_argument(
         "--engine-id",
         default=None,
         help="overrides kv_transfer_config.engine_id (default: sim-<host>-<port>)",
@@ -258,6 +267,12 @@ def parse_config(argv: Sequence[str] | None = None, *, environ: dict[str, str] |
             kv_events = KvEventsConfig.model_validate(args.kv_events_config)
         except ValidationError as exc:
             parser.error(f"argument --kv-events-config: {_first_error(exc)}")
+    ec_transfer = None
+    if args.ec_transfer_config is not None:
+        try:
+            ec_transfer = EcTransferConfig.model_validate(args.ec_transfer_config)
+        except ValidationError as exc:
+            parser.error(f"argument --ec-transfer-config: {_first_error(exc)}")
     engine_id = args.engine_id or transfer.engine_id or ""
     served = tuple(args.served_model_name or [args.model])
     capacity = _capacity_model(parser, args)
@@ -307,6 +322,7 @@ def parse_config(argv: Sequence[str] | None = None, *, environ: dict[str, str] |
         kv_events=kv_events,
         prefix_caching_hash_algo=args.prefix_caching_hash_algo,
         hash_seed=env.get("PYTHONHASHSEED", DEFAULT_SEED),
+        ec_transfer=ec_transfer,
     )
 
 

@@ -56,6 +56,27 @@ def _offset(endpoint: str, index: int) -> str:
     return f"{endpoint}_dp{index}"
 
 
+EcRole = Literal["ec_producer", "ec_consumer"]
+
+
+class EcStorageConfig(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    shared_storage_path: str = Field(min_length=1)
+
+
+class EcTransferConfig(BaseModel):
+    """vLLM's ECTransferConfig shape. Every connector is simulated as ECExampleConnector: encoder outputs handed
+    over as files under `shared_storage_path`; the keys the simulator does not read pass through."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    ec_connector: str
+    ec_role: EcRole
+    # validated when left out too, so the error names the missing shared_storage_path
+    ec_connector_extra_config: EcStorageConfig = Field(default_factory=dict, validate_default=True)
+
+
 @dataclass(frozen=True)
 class SimConfig:
     host: str = "127.0.0.1"
@@ -84,6 +105,7 @@ class SimConfig:
     kv_events: KvEventsConfig | None = None  # None or not publishing: no KV events
     prefix_caching_hash_algo: str = DEFAULT_ALGORITHM
     hash_seed: str = DEFAULT_SEED  # vLLM's: the engine's PYTHONHASHSEED when set
+    ec_transfer: EcTransferConfig | None = None  # None: multimodal items are encoded locally
 
     def bound_to(self, port: int) -> "SimConfig":
         """The config of the engine listening on `port` (the one the kernel chose for --port 0)."""

@@ -1,4 +1,5 @@
-"""Prometheus metrics under vLLM's names (`vllm:*`), plus a few `motor_sim_*` counters of the simulated KV path.
+"""Prometheus metrics under vLLM's names (`vllm:*`), plus a few `motor_sim_*` counters of the simulated KV and
+encoder-output paths.
 
 The engine counts into `EngineMetrics` (plain integers, no lock: one event loop); `EngineCollector` turns those
 counts and the engine's live figures into metric families at scrape time."""
@@ -60,6 +61,9 @@ class EngineMetrics:
     kv_put_failures: int = 0
     kv_get_failures: int = 0
     kv_pool_unavailable: int = 0
+    ec_saved: int = 0
+    ec_loaded: int = 0
+    ec_missing: int = 0
     injected_errors: int = 0
     faults_fired: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTED_FAULTS, 0))
 
@@ -156,6 +160,21 @@ class EngineCollector(Collector):
         )
         if self._pool is not None:
             yield from self._pool_families(self._pool())
+        yield self._counter(
+            "motor_sim_ec_saved",
+            "Encoder outputs (one per image or video) this ec_producer wrote to the shared storage.",
+            counts.ec_saved,
+        )
+        yield self._counter(
+            "motor_sim_ec_loaded",
+            "Encoder outputs this ec_consumer read from the shared storage.",
+            counts.ec_loaded,
+        )
+        yield self._counter(
+            "motor_sim_ec_missing",
+            "Encoder outputs this ec_consumer needed and did not find (the request failed with 500).",
+            counts.ec_missing,
+        )
         yield self._counter(
             "motor_sim_injected_errors", "Requests failed by the error-rate fault.", counts.injected_errors
         )

@@ -6,6 +6,7 @@ from typing import Any, Literal
 from motor.engine.sim.config import SimConfig
 from motor.engine.sim.engine import Sequence
 from motor.engine.sim.errors import SimError, bad_request
+from motor.engine.sim.multimodal import MODALITIES, MmItem, mm_item
 from motor.tokenize.sim_vocab import VOCAB_SIZE, decode, decode_token, encode, render_chat
 
 Endpoint = Literal["completion", "chat"]
@@ -26,6 +27,7 @@ class ApiRequest:
     include_usage: bool
     return_token_ids: bool
     kv_transfer_params: Any
+    mm_items: tuple[MmItem, ...]  # chat's image_url / video_url parts, in prompt order
 
 
 def _is_int(value: Any) -> bool:
@@ -82,34 +84,53 @@ def _prompt_from_completion(body: dict[str, Any]) -> list[int]:
     return ids
 
 
-def _message_text(message: Any, index: int) -> tuple[str, str]:
-    param = f"messages[{index}]"
-    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-        raise bad_request(f"{param} must be an object with a string role", param="messages")
-    content = message.get("content")
+def _content(content: Any, param: str) -> tuple[list[int], list[MmItem]]:
+    """A message's content as token ids (text parts as if joined by newlines, each multimodal item as its
+    placeholder tokens) and its multimodal items."""
     if content is None:
-        return message["role"], ""
+        return [], []
     if isinstance(content, str):
-        return message["role"], content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not (
-                isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
-            ):
-                raise bad_request(f"{param}.content: motor-sim accepts only text parts", param="messages")
-            texts.append(part["text"])
-        return message["role"], "\n".join(texts)
-    raise bad_request(f"{param}.content must be a string or a list of text parts", param="messages")
+        return encode(content), []
+    if not isinstance(content, list):
+        raise bad_request(f"{param}.content must be a string or a list of content parts", param="messages")
+    ids: list[int] = []
+    items: list[MmItem] = []
+    for index, part in enumerate(content):
+        where = f"{param}.content[{index}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            ids += encode(part["text"])
+        elif kind in MODALITIES:
+            item = mm_item(part, where)
+            items.append(item)
+            ids += item.placeholder_ids()
+        else:
+            raise bad_request(
+                f"{where}: motor-sim accepts text, image_url and video_url parts", param="messages"
+            )
+    return ids, items
 
 
-def _prompt_from_chat(body: dict[str, Any]) -> list[int]:
+def _prompt_from_chat(body: dict[str, Any]) -> tuple[list[int], tuple[MmItem, ...]]:
+    """The ChatML prompt, tokenized turn by turn so multimodal items sit where their parts are. No piece of the
+    sim's tokenizer spans whitespace or runs into `<|im_end|>`, so a text-only prompt gets the ids of its whole
+    rendered text, as the coordinator's sim tokenizer computes them."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("messages is required: a non-empty list of {role, content}", param="messages")
-    add_generation_prompt = body.get("add_generation_prompt", True)
-    pairs = [_message_text(message, index) for index, message in enumerate(messages)]
-    return encode(render_chat(pairs, add_generation_prompt=add_generation_prompt is not False))
+    ids: list[int] = []
+    items: list[MmItem] = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise bad_request(f"messages[{index}] must be an object with a string role", param="messages")
+        content_ids, content_items = _content(message.get("content"), f"messages[{index}]")
+        # the template's text around the content, split at a stand-in content: only the role can precede it
+        head, _, tail = render_chat([(message["role"], "\0")], add_generation_prompt=False).rpartition("\0")
+        ids += encode(head) + content_ids + encode(tail)
+        items += content_items
+    if body.get("add_generation_prompt", True) is not False:
+        ids += encode(render_chat([], add_generation_prompt=True))
+    return ids, tuple(items)
 
 
 def parse_request(endpoint: Endpoint, body: Any, config: SimConfig) -> ApiRequest:
@@ -120,7 +141,10 @@ def parse_request(endpoint: Endpoint, body: Any, config: SimConfig) -> ApiReques
     if model is not None and model not in config.served_model_names:
         raise SimError(404, f"The model `{model}` does not exist.", param="model")
     _unsupported(body)
-    prompt = _prompt_from_completion(body) if endpoint == "completion" else _prompt_from_chat(body)
+    if endpoint == "completion":
+        prompt, mm_items = _prompt_from_completion(body), ()
+    else:
+        prompt, mm_items = _prompt_from_chat(body)
 
     max_tokens = _optional_int(body, "max_completion_tokens", minimum=1)
     if max_tokens is None:
@@ -173,6 +197,7 @@ def parse_request(endpoint: Endpoint, body: Any, config: SimConfig) -> ApiReques
         include_usage=include_usage,
         return_token_ids=_flag(body, "return_token_ids"),
         kv_transfer_params=body.get("kv_transfer_params"),
+        mm_items=mm_items,
     )
 
 

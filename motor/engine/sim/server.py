@@ -65,10 +65,12 @@ def _banner(config: SimConfig, where: str) -> str:
             f"latency overhead {latency.overhead_ms:g} ms + {latency.prefill_ms_per_token:g} ms/uncached token, "
             f"ITL {latency.itl_ms:g} ms × (1 + {latency.itl_batch_factor:g}·(batch−1))"
         )
+    ec = config.ec_transfer
+    ec_role = "none" if ec is None else f"{ec.ec_role} ({ec.ec_connector_extra_config.shared_storage_path})"
     return (
         f"motor-sim {where}: a SIMULATOR for tests, not inference. "
         f"model {config.model_name!r}, kv_role "
-        f"{config.kv_role}, engine_id {config.engine_id!r}, block_size {config.block_size}, "
+        f"{config.kv_role}, ec_role {ec_role}, engine_id {config.engine_id!r}, block_size {config.block_size}, "
         f"kv_bytes_per_token {config.kv_bytes_per_token}, max_batch {config.max_batch}; {model}; faults "
         f"{config.faults.model_dump(exclude_defaults=True) or 'none'}"
     )
