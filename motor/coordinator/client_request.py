@@ -14,6 +14,7 @@ from typing import Any, Literal
 import orjson
 
 from motor.config.models import InputConfig
+from motor.coordinator.encode.score import EncodeWork, encode_work
 from motor.coordinator.http import jsonio
 from motor.coordinator.http.errors import HttpError, bad_request
 from motor.coordinator.scheduling.demand import Demand
@@ -64,6 +65,7 @@ class ClientRequest:
     model: str
     stream: bool
     demand: Demand
+    encode: EncodeWork | None = None  # a chat request's multimodal items: what its encode leg computes
 
     @property
     def path(self) -> bytes:
@@ -119,7 +121,10 @@ def parse_request(
     demand = Demand(
         prompt_tokens=prompt_tokens, max_new_tokens=max_new, prompt_text=text, prompt_token_ids=token_ids
     )
-    return ClientRequest(api=api, raw=raw, body=body, model=model, stream=stream, demand=demand)
+    encode = encode_work(body["messages"]) if api == "chat" else None
+    return ClientRequest(
+        api=api, raw=raw, body=body, model=model, stream=stream, demand=demand, encode=encode
+    )
 
 
 def load_body(raw: bytes, max_depth: int) -> Any:

@@ -15,7 +15,7 @@ disable_created_metrics()
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5)
 OVERHEAD_BUCKETS = (0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.002, 0.005, 0.01, 0.05)
-LEGS = ("prefill", "kv_wait", "decode", "aggregated")
+LEGS = ("encode", "prefill", "kv_wait", "decode", "aggregated")
 
 
 class BatchedHistogram:
@@ -87,8 +87,8 @@ class CoordinatorMetrics:
         )
         self.leg = Histogram(
             "motor_coordinator_leg_seconds",
-            "Per-leg latency: prefill leg, KV wait (prefill done → decode's first byte), decode (first byte → "
-            "end), aggregated leg",
+            "Per-leg latency: encode leg, prefill leg, KV wait (prefill done → decode's first byte), decode "
+            "(first byte → end), aggregated leg",
             ["leg"],
             buckets=LATENCY_BUCKETS,
             registry=registry,
@@ -97,6 +97,13 @@ class CoordinatorMetrics:
             "motor_coordinator_retries",
             "Legs retried on another instance before anything reached the client",
             ["role", "reason"],
+            registry=registry,
+        )
+        self.encode_legs = Counter(
+            "motor_coordinator_encode_legs",
+            "Encode legs of multimodal requests, by outcome: done (the encode instance answered), failed (an "
+            "error, retried elsewhere while the request allows), aborted (closed by the coordinator)",
+            ["outcome"],
             registry=registry,
         )
         self.replays = Counter(

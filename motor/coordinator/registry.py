@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from motor.protocol.instances import Instance, InstanceEvent, InstanceRole, RefreshResult
 
-ROLES: tuple[InstanceRole, ...] = ("prefill", "decode", "union")
+ROLES: tuple[InstanceRole, ...] = ("prefill", "decode", "union", "encode")
 ROUTABLE_STATUS = "active"
 
 
@@ -74,6 +74,10 @@ class InstanceRegistry:
 
     def has_role(self, role: InstanceRole) -> bool:
         return bool(self._by_role[role])
+
+    def knows_role(self, role: InstanceRole) -> bool:
+        """Whether any instance of the role is registered, routable or not (starting, inactive, circuit open)."""
+        return any(instance.role == role for instance in self.instances.values())
 
     def targets(self, role: InstanceRole) -> list[Target]:
         """The role's routable endpoints."""

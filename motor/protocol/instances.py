@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-InstanceRole = Literal["prefill", "decode", "union"]
+InstanceRole = Literal["prefill", "decode", "union", "encode"]
 InstanceStatus = Literal["initial", "active", "inactive", "deleted"]
 
 

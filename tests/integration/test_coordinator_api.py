@@ -203,7 +203,7 @@ async def test_refresh_events_drive_readiness_and_dispatch(coordinators: StartCo
         coordinator.register([instance("p0", "prefill")], event="add")
         status, readiness = coordinator.mgmt_get("/readiness")
         assert readiness["ready"] is True and readiness["serving"] == "prefill_first"
-        assert readiness["routable_endpoints"] == {"prefill": 1, "decode": 1, "union": 0}
+        assert readiness["routable_endpoints"] == {"prefill": 1, "decode": 1, "union": 0, "encode": 0}
         coordinator.register([instance("d0", "decode")], event="del")
         assert (
             coordinator.mgmt_get("/readiness")[1]["serving"] == "aggregated (fallback on prefill instances)"
@@ -213,6 +213,7 @@ async def test_refresh_events_drive_readiness_and_dispatch(coordinators: StartCo
             "prefill": 0,
             "decode": 0,
             "union": 0,
+            "encode": 0,
         }
         inactive = instance("p1", "prefill").model_copy(update={"status": "inactive"})
         coordinator.register([inactive], event="set")

@@ -44,7 +44,7 @@ async def test_health_follows_the_pd_roles(coordinators: StartCoordinator, profi
         assert healthy.json() == {
             "status": "ok",
             "profile": profile,
-            "instances": {"prefill": 1, "decode": 1, "union": 0},
+            "instances": {"prefill": 1, "decode": 1, "union": 0, "encode": 0},
         }
         coordinator.register([instance("decode")], event="del")
         assert_unavailable(await client.get("/health"), "decode")

@@ -2,14 +2,15 @@
 
 /health answers 200 while the coordinator can route with its dispatch profile (the profile's roles have active
 instances: prefill and decode for a PD profile, union or prefill instances for aggregated) and 503 with an
-OpenAI error body naming the missing roles otherwise. The management port keeps its own probes.
+OpenAI error body naming the missing roles otherwise. Encode instances are counted but never required: without
+them the prefill side encodes multimodal requests itself. The management port keeps its own probes.
 """
 
 from typing import Any
 
 from motor import __version__
 from motor.coordinator.http.errors import HttpError
-from motor.coordinator.registry import InstanceRegistry
+from motor.coordinator.registry import ROLES, InstanceRegistry
 from motor.kv.connectors import DispatchProfile
 
 PD_ROLES = ("prefill", "decode")
@@ -37,7 +38,7 @@ def health(profile: DispatchProfile, registry: InstanceRegistry) -> dict[str, An
     return {
         "status": "ok",
         "profile": profile.value,
-        "instances": {role: len(registry.targets(role)) for role in ("prefill", "decode", "union")},
+        "instances": {role: len(registry.targets(role)) for role in ROLES},
     }
 
 

@@ -26,12 +26,13 @@ from motor.coordinator.dispatch.failures import (
     retryable_status,
     settle,
 )
-from motor.coordinator.dispatch.shaping import prefill_body
+from motor.coordinator.dispatch.shaping import encode_body, prefill_body
 from motor.coordinator.dispatch.states import (
     ABORTED,
     ADMITTED,
     DECODE,
     DONE,
+    ENCODE,
     FAILED,
     HANDOVER,
     LEG_ABORTED,
@@ -76,7 +77,8 @@ class PrefillResult:
 
 
 class Leg:
-    """One engine request of an attempt: a prefill leg, or the client-facing leg (decode or aggregated).
+    """One engine request of an attempt: an encode leg, a prefill leg, or the client-facing leg (decode or
+    aggregated).
 
     `deadline` bounds its answer (prefill: the whole response; client-facing: the first output), `abort()`
     closes it wherever it is — the seams for per-leg deadlines and hedged legs. A prefill leg whose own budget
@@ -484,15 +486,34 @@ class Attempt:
 
     def _leg_sent(self, leg: Leg) -> None:
         if leg.client:
-            if self.phase is ADMITTED:
+            if self.phase is ADMITTED or self.phase is ENCODE:
                 self._enter(DECODE)
-        elif self.phase in (ADMITTED, DECODE):
+        elif leg.role == "encode":
+            self._enter(ENCODE)
+        elif self.phase in (ADMITTED, ENCODE, DECODE):
             self._enter(PREFILL)
 
     def _note_cause(self, failure: LegFailure) -> None:
         """The attempt's first failure is its cause; failures of legs closed because of it are consequences."""
         if self.cause is None:
             self.cause = failure
+
+    # ---- the encode leg ------------------------------------------------------------------------------------
+
+    async def run_encode(self) -> None:
+        """The encode leg, before any other: an encode instance (the least outstanding encode score) computes the
+        request's media; its answer is discarded. Its load is the request's encode score until it answered."""
+        request = self.dispatch.request
+        work = request.encode
+        assert work is not None
+        leg = self._leg(await self.pick("encode"), work.score, 0.0, self.prefill_deadline(), False)
+        if leg.span is not None:
+            leg.span.set_attributes({"motor.encode.items": len(work.items), "motor.encode.score": work.score})
+        connection = await leg.send(encode_body(request.body), leg.deadline, whole=True)
+        await leg.read_body(connection, leg.deadline)
+        leg.release_connection(connection)
+        leg._advance(LEG_DONE)
+        leg.allocation.release()
 
     # ---- the prefill leg -----------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from motor.coordinator.client_request import ClientRequest
 from motor.runtime.backoff import Backoff
 
 if TYPE_CHECKING:
@@ -226,15 +227,17 @@ def settle(
     return failure, delay
 
 
-async def open_with_retries(d: "Dispatch", choose_flow: "Callable[[], Flow]") -> "Attempt":
+async def open_with_retries(d: "Dispatch", choose_flow: Callable[[ClientRequest], "Flow"]) -> "Attempt":
     """The attempt whose client-facing leg has its first output (STREAMING); raises the final LegFailure.
 
-    `choose_flow` is called per attempt (a LegFailure of its own when no flow can run yet)."""
+    `choose_flow` is called per attempt with the request (a LegFailure of its own when no flow can run yet).
+    Every attempt runs the legs its flow names, the encode leg included: a retry after a prefill failure
+    encodes again, so the prefill instance it lands on finds the encoder output wherever it looks for it."""
     policy = d.context.limits.retry_policy
     while True:
         attempt = d.new_attempt()
         try:
-            await attempt.run(choose_flow())
+            await attempt.run(choose_flow(d.request))
             return attempt
         except LegFailure as failure:
             delay = attempt.fail(failure, policy)

@@ -1,5 +1,9 @@
 """The four dispatch profiles of docs/kv_transfer_params.md as flows over one attempt, and the per-attempt
-choice of flow (the P/D profile handler: which legs a request needs, before the scheduler places each)."""
+choice of flow (the P/D profile handler: which legs a request needs, before the scheduler places each).
+
+A chat request with multimodal items runs the encode leg first while encode instances are routable (every
+profile's flow, `ENCODED`); with no encode instance registered at all the prefill side encodes them itself.
+"""
 
 import asyncio
 import secrets
@@ -8,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from motor.coordinator.client_request import ClientRequest
 from motor.coordinator.dispatch.attempt import Attempt, Leg, PrefillResult
 from motor.coordinator.dispatch.callbacks import CallbackSlot
 from motor.coordinator.dispatch.failures import LegFailure, no_instance
@@ -124,15 +129,50 @@ AGGREGATED_ON_UNION = _aggregated_on("union")
 AGGREGATED_ON_PREFILL = _aggregated_on("prefill")
 
 
+def _encoded(flow: Flow) -> Flow:
+    async def encode_then_flow(a: Attempt) -> None:
+        await a.run_encode()
+        await flow.run(a)
+
+    return Flow(f"encode, then {flow.name}", flow.pd, encode_then_flow)
+
+
+ENCODED: dict[Flow, Flow] = {
+    flow: _encoded(flow) for flow in (*PD_FLOWS.values(), AGGREGATED_ON_UNION, AGGREGATED_ON_PREFILL)
+}
+
+
 def choose_flow(
-    profile: DispatchProfile, registry: InstanceRegistry, fallback_to_hybrid: bool = True
+    profile: DispatchProfile,
+    registry: InstanceRegistry,
+    fallback_to_hybrid: bool = True,
+    request: ClientRequest | None = None,
 ) -> Flow:
     """The profile's flow when its roles are up; aggregated on union or prefill instances as the fallback
     (pyMotor's `enable_pd_separation_fallback_to_hybrid`; without it a PD profile waits for its roles).
+    `request` with multimodal items gets the flow's encode-first form (`ENCODED`) while encode instances are
+    routable; when encode instances are registered but none is routable, it waits for one (the prefill side
+    of an EPD deployment cannot encode).
 
     Decided per attempt from the instance set of that moment; when no flow can run, the retryable
     LegFailure lets the attempt wait (with backoff) for the controller to register instances.
     """
+    flow = _pd_or_aggregated(profile, registry, fallback_to_hybrid)
+    if request is None or request.encode is None:
+        return flow
+    if registry.has_role("encode"):
+        return ENCODED[flow]
+    if registry.knows_role("encode"):
+        raise no_instance(
+            "encode",
+            "the request has images or videos and no encode instance can take its encode leg: the registered "
+            "ones are not active or their circuit is open; wait until one is routable again",
+            "no_encode_instance",
+        )
+    return flow
+
+
+def _pd_or_aggregated(profile: DispatchProfile, registry: InstanceRegistry, fallback_to_hybrid: bool) -> Flow:
     pd = profile != DispatchProfile.AGGREGATED
     if pd and registry.has_role("prefill") and registry.has_role("decode"):
         return PD_FLOWS[profile]

@@ -3,6 +3,8 @@
 | transition | metric |
 |---|---|
 | prefill leg SENT → DONE | `motor_coordinator_leg_seconds{leg="prefill"}` (time SENT) |
+| encode leg SENT → DONE | `..._leg_seconds{leg="encode"}` (time SENT) |
+| encode leg → DONE, FAILED or ABORTED | `motor_coordinator_encode_legs_total{outcome}` (done, failed, aborted) |
 | attempt HANDOVER → STREAMING | `..._leg_seconds{leg="kv_wait"}` (prefill answered → decode's first output) |
 | client-facing leg RECEIVING → DONE or FAILED | `{leg="decode"}` (PD: first output → end) or `{leg="aggregated"}` (sent → end) |
 | attempt → RETRYING | `motor_coordinator_retries_total{role,reason}` (the failure's role and reason) |
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from motor.coordinator.dispatch.states import (
     HANDOVER,
+    LEG_ABORTED,
     LEG_DONE,
     LEG_FAILED,
     RECEIVING,
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
     from motor.coordinator.dispatch.attempt import Attempt, Leg
 
 log = logging.getLogger(__name__)
+
+_ENCODE_OUTCOMES = {LEG_DONE: "done", LEG_FAILED: "failed", LEG_ABORTED: "aborted"}
 
 
 class MetricsObserver:
@@ -74,6 +79,8 @@ class MetricsObserver:
                 new.name,
                 seconds,
             )
+        if leg.role == "encode" and new in _ENCODE_OUTCOMES:
+            self.metrics.encode_legs.labels(_ENCODE_OUTCOMES[new]).inc()
         if new is LEG_DONE or new is LEG_FAILED:
             if leg.client:
                 if old is RECEIVING:
@@ -82,7 +89,7 @@ class MetricsObserver:
                     else:  # sent → end: the time receiving plus the time before the first output
                         self.metrics.observe_leg("aggregated", seconds + leg.since - leg.sent_at)
             elif old is SENT and new is LEG_DONE:
-                self.metrics.observe_leg("prefill", seconds)
+                self.metrics.observe_leg(leg.role, seconds)  # "prefill" or "encode"
 
     def leg_cancelled(self, leg: "Leg", reason: str) -> None:
         self.metrics.cancelled_legs.labels(reason).inc()

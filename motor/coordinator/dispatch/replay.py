@@ -285,7 +285,7 @@ class Replayer:
     """What a replay needs of the process: the flow choice, the KV routing's preparation, the engines' context
     length (for a request with no max_tokens) and the bounds of exception_config."""
 
-    choose_flow: Callable[[], Flow]
+    choose_flow: Callable[[ClientRequest], Flow]
     prepare: Prepare
     max_model_len: MaxModelLen
     exceptions: ExceptionConfig

@@ -23,6 +23,14 @@ def prefill_body(
     return jsonio.dumps(body)
 
 
+def encode_body(client_body: dict[str, Any]) -> bytes:
+    """The client's body shaped for the encode leg: the engine encodes the media and answers one token, which
+    is discarded (only the encoder output it hands to the prefill side matters)."""
+    body = {k: v for k, v in client_body.items() if k not in PREFILL_DROPPED}
+    body.update(stream=False, max_tokens=1, min_tokens=1, max_completion_tokens=1)
+    return jsonio.dumps(body)
+
+
 def decode_body(
     client_body: dict[str, Any], kv_transfer_params: dict[str, Any] | None, **extra: Any
 ) -> bytes:

@@ -13,6 +13,10 @@ A policy is a named configuration of plugins per role; `scheduler_config.schedul
 | kv_cache_affinity, prefill and union roles, load_gated | role, routable, excluded, least_loaded (topn) | kv_affinity (1) | max_score |
 | kv_cache_affinity, decode role | as load_balance | | |
 | pd_aware, decode role | role, routable, excluded, admission (legs in flight) | kv_held (1), batch (1) | max_score |
+| every policy, encode role | role, routable, excluded | load (1) | max_score |
+
+An encode leg's load is the request's encode score (`motor.coordinator.encode.score`), so the least outstanding
+encode score wins whatever the policy: the policies rank prompts, and an encode instance computes images.
 
 In prefix_affinity an owner of the prompt's prefix scores at least 1 + its load score and every other endpoint
 at most 1, so an owner that passed the load-ratio filter always wins and the least loaded owner among them;
@@ -90,6 +94,8 @@ class PolicyOptions:
 def build_profile(policy: PolicyName, role: InstanceRole, options: PolicyOptions) -> SchedulingProfile:
     """A fresh profile for one role's pool (pickers and scorers may keep per-pool state)."""
     pool_filters = (RoleFilter(role), RoutableFilter())
+    if role == "encode":
+        return SchedulingProfile(pool_filters, (ExcludedFilter(),), ((LoadScorer(), 1.0),), MaxScorePicker())
     if policy == "round_robin":
         return SchedulingProfile(pool_filters, (ExcludedFilter(),), (), RoundRobinPicker())
     if policy == "prefix_affinity" and role in AFFINITY_ROLES:
