@@ -5,7 +5,12 @@ Keys pyMotor knows but motor does not implement are listed in pymotor_keys.py.
 
 from typing import Any
 
-ENGINE_SECTIONS = ("motor_engine_prefill_config", "motor_engine_decode_config", "motor_engine_union_config")
+ENGINE_SECTIONS = (
+    "motor_engine_prefill_config",
+    "motor_engine_decode_config",
+    "motor_engine_union_config",
+    "motor_engine_encode_config",
+)
 
 NODE_MANAGER_KEY = "motor_nodemanger_config"
 NODE_MANAGER_KEY_ALT = "motor_nodemanager_config"

@@ -31,6 +31,7 @@ Bool = Annotated[bool, Strict()]
 Port = Annotated[int, Strict(), Field(ge=1, le=65535)]
 PositiveSeconds = Annotated[float, Strict(), Field(gt=0)]
 InstanceCount = Annotated[int, Strict(), Field(ge=1, le=16)]
+EncodeCount = Annotated[int, Strict(), Field(ge=0, le=16)]  # pyMotor: unset or 0 = no encode (EPD) role
 PodCount = Annotated[int, Strict(), Field(ge=1, le=64)]
 AcceleratorCount = Annotated[int, Strict(), Field(ge=0, le=16)]
 
@@ -130,12 +131,15 @@ class DeployConfig(Section):
     p_instances_num: InstanceCount | None = None
     d_instances_num: InstanceCount | None = None
     hybrid_instances_num: InstanceCount | None = None
+    e_instances_num: EncodeCount | None = None
     single_p_instance_pod_num: PodCount = 1
     single_d_instance_pod_num: PodCount = 1
     single_hybrid_instance_pod_num: PodCount = 1
+    single_e_instance_pod_num: PodCount = 1
     p_pod_npu_num: AcceleratorCount = 1
     d_pod_npu_num: AcceleratorCount = 1
     hybrid_pod_npu_num: AcceleratorCount = 1
+    e_pod_npu_num: AcceleratorCount = 1
     image_name: str | None = None
     job_id: DnsLabel = "motor"
     hardware_type: Annotated[str, AfterValidator(_known_hardware)] = DEFAULT_HARDWARE
@@ -586,6 +590,7 @@ class UserConfig(Section):
     motor_engine_prefill_config: EngineSection | None = None
     motor_engine_decode_config: EngineSection | None = None
     motor_engine_union_config: EngineSection | None = None
+    motor_engine_encode_config: EngineSection | None = None
     kv_cache_pool_config: KvCachePoolConfig | None = None
     kv_cache_store_config: KvCachePoolConfig | None = None
     kv_conductor_config: KvConductorConfig | None = None
@@ -627,4 +632,5 @@ class EnvConfig(Section):
     motor_engine_prefill_env: EnvMap = {}
     motor_engine_decode_env: EnvMap = {}
     motor_engine_union_env: EnvMap | None = None
+    motor_engine_encode_env: EnvMap = {}
     motor_kv_cache_pool_env: EnvMap = {}

@@ -180,6 +180,13 @@ _implemented(
 )
 _implemented(
     "",
+    "motor_engine_encode_config",
+    "the encode (EPD) role's engine, with motor_deploy_config.e_instances_num: vLLM (or motor's sim), "
+    "multi_deployment, infer_service_set or local, PD disaggregation; its ec_transfer_config is filled per role "
+    "(ec_producer here, ec_consumer on prefill)",
+)
+_implemented(
+    "",
     "motor_nodemanager_config",
     "accepted as a spelling of pyMotor's motor_nodemanger_config (give only one of them)",
 )
@@ -193,11 +200,6 @@ _warned(
     "kv_conductor_config",
     "checked, then reported: motor deploys no KV conductor; KV-aware routing is scheduler_type "
     "kv_cache_affinity (each coordinator worker indexes the engines' KV events itself)",
-)
-_warned_section(
-    "motor_engine_encode_config",
-    "engine_type engine_config motor_nodemanger_config health_check_config",
-    "motor has no encode (EPD) role; e_instances_num is ignored as well",
 )
 _warned_section(
     "north_config", "name ip port", "motor reports to no north-bound platform; scrape /metrics instead"
@@ -233,7 +235,11 @@ _implemented(
     "InferServiceSet CRD is MindCluster's); absent = pyMotor's default infer_service_set, a Kubernetes "
     "deployment, and `motor validate` reports which targets fit",
 )
-_warned(_D, "e_instances_num single_e_instance_pod_num e_pod_npu_num", "motor has no encode (EPD) role")
+_implemented(
+    _D,
+    "e_instances_num single_e_instance_pod_num e_pod_npu_num",
+    "encode (EPD) instances: unset or 0 = none; multimodal chat requests are encoded there before prefill",
+)
 _implemented(
     _D,
     "tls_config",
@@ -687,9 +693,8 @@ _warned(
 _implemented(
     ENV_PREFIX,
     "version motor_common_env motor_controller_env motor_coordinator_env motor_engine_prefill_env "
-    "motor_engine_decode_env motor_engine_union_env motor_kv_cache_pool_env",
+    "motor_engine_decode_env motor_engine_union_env motor_engine_encode_env motor_kv_cache_pool_env",
 )
-_warned(ENV_PREFIX, "motor_engine_encode_env", "motor has no encode (EPD) role")
 _warned(ENV_PREFIX, "motor_kv_conductor_env", "motor deploys no KV conductor")
 _warned(ENV_PREFIX, "motor_mf_store_env", "motor deploys no MemFabric store")
 _warned(

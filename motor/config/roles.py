@@ -7,7 +7,7 @@ from typing import Any, Literal
 from motor.config.compat import NODE_MANAGER_KEY
 from motor.config.models import NodeManagerConfig
 
-Role = Literal["prefill", "decode", "union"]
+Role = Literal["prefill", "decode", "union", "encode"]
 # The kv_role of each role's transfer connector.
 ROLE_KV = {"prefill": "kv_producer", "decode": "kv_consumer", "union": "kv_both"}
 

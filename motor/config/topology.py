@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from motor.config.compat import NODE_MANAGER_KEY
+from motor.config.encoder import ENCODE_SECTION, check_encode_connectors, encode_section
 from motor.config.errors import ConfigIssue
 from motor.config.hardware import HARDWARE
 from motor.config.models import (
@@ -98,10 +99,16 @@ def build_topology(
     deploy = user.motor_deploy_config
     aggregated = deploy.hybrid_instances_num is not None or user.motor_engine_union_config is not None
     sections = _role_sections(user, aggregated, issues)
+    encode = encode_section(user, aggregated, issues, warnings)
+    if encode is not None and not aggregated:
+        sections["encode"] = (ENCODE_SECTION, encode)
 
     transfer: dict[Role, tuple[dict[str, Any] | None, str]] = {}
     for role, (path, section) in sections.items():
-        transfer[role] = read_transfer_config(section.engine_config, path, issues)
+        if role == "encode":  # no KV: check_encode_connectors refuses a kv_transfer_config there
+            transfer[role] = (None, f"{path}.engine_config.kv_transfer_config")
+        else:
+            transfer[role] = read_transfer_config(section.engine_config, path, issues)
 
     engine_configs: dict[Role, dict[str, Any]] = {}
     for role, (_, section) in sections.items():
@@ -111,6 +118,9 @@ def build_topology(
             key = transfer_config_key(engine_config) or "kv_transfer_config"
             engine_config[key] = apply_role(config, config_path, ROLE_KV[role], warnings)
         engine_configs[role] = engine_config
+    one_host = deploy.deploy_mode in SHARED_HOST_MODES
+    for role, (key, ec_config) in check_encode_connectors(sections, one_host, issues, warnings).items():
+        engine_configs[role][key] = ec_config
 
     if not aggregated and "prefill" in sections and "decode" in sections:
         (p_cfg, p_path), (d_cfg, d_path) = transfer["prefill"], transfer["decode"]
@@ -250,6 +260,8 @@ def _counts(user: UserConfig, role: Role) -> tuple[int | None, int, int]:
         return deploy.p_instances_num, deploy.single_p_instance_pod_num, deploy.p_pod_npu_num
     if role == "decode":
         return deploy.d_instances_num, deploy.single_d_instance_pod_num, deploy.d_pod_npu_num
+    if role == "encode":
+        return deploy.e_instances_num, deploy.single_e_instance_pod_num, deploy.e_pod_npu_num
     return deploy.hybrid_instances_num, deploy.single_hybrid_instance_pod_num, deploy.hybrid_pod_npu_num
 
 
@@ -373,6 +385,8 @@ def _role_env_section(env: EnvConfig, role: Role) -> str:
         return "motor_engine_prefill_env"
     if role == "decode":
         return "motor_engine_decode_env"
+    if role == "encode":
+        return "motor_engine_encode_env"
     return "motor_engine_union_env" if env.motor_engine_union_env is not None else "motor_engine_prefill_env"
 
 
@@ -436,6 +450,7 @@ POD_COUNT_KEYS = {
     "prefill": "single_p_instance_pod_num",
     "decode": "single_d_instance_pod_num",
     "union": "single_hybrid_instance_pod_num",
+    "encode": "single_e_instance_pod_num",
 }
 
 

@@ -26,19 +26,25 @@ class KvTransferConfig(BaseModel):
     kv_connector_extra_config: dict[str, Any] = {}
 
 
-def transfer_config_key(engine_config: dict[str, Any]) -> str | None:
-    for key in ("kv_transfer_config", "kv-transfer-config"):
+def option_key(engine_config: dict[str, Any], name: str) -> str | None:
+    """How engine_config spells the option `name` (`kv_transfer_config` or `kv-transfer-config`); None: absent."""
+    for key in (name, name.replace("_", "-")):
         if key in engine_config:
             return key
     return None
 
 
-def read_transfer_config(
-    engine_config: dict[str, Any], section_path: str, issues: list[ConfigIssue]
+def transfer_config_key(engine_config: dict[str, Any]) -> str | None:
+    return option_key(engine_config, "kv_transfer_config")
+
+
+def read_object_option(
+    engine_config: dict[str, Any], name: str, section_path: str, example: str, issues: list[ConfigIssue]
 ) -> tuple[dict[str, Any] | None, str]:
-    """Return (kv_transfer_config as a dict or None, its JSON path), recording structural problems."""
-    key = transfer_config_key(engine_config)
-    path = f"{section_path}.engine_config.{key or 'kv_transfer_config'}"
+    """(the JSON-object option `name` — an object or a JSON string of one — or None when absent or not an object,
+    its JSON path); a broken one is recorded in `issues`."""
+    key = option_key(engine_config, name)
+    path = f"{section_path}.engine_config.{key or name}"
     if key is None:
         return None, path
     raw = engine_config[key]
@@ -49,7 +55,19 @@ def read_transfer_config(
             issues.append(ConfigIssue(path, f"not valid JSON ({exc.msg}); write it as a JSON object"))
             return None, path
     if not isinstance(raw, dict):
-        issues.append(ConfigIssue(path, "must be an object with kv_connector, kv_role, ..."))
+        issues.append(ConfigIssue(path, f"must be an object {example}"))
+        return None, path
+    return raw, path
+
+
+def read_transfer_config(
+    engine_config: dict[str, Any], section_path: str, issues: list[ConfigIssue]
+) -> tuple[dict[str, Any] | None, str]:
+    """Return (kv_transfer_config as a dict or None, its JSON path), recording structural problems."""
+    raw, path = read_object_option(
+        engine_config, "kv_transfer_config", section_path, "with kv_connector, kv_role, ...", issues
+    )
+    if raw is None:
         return None, path
     before = len(issues)
     if not _check_shape(raw, path, issues):

@@ -5,6 +5,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from motor.config import ConfigError, load_documents
+
 SEED_DIR = Path(__file__).resolve().parents[2] / "examples" / "infer_engines" / "vllm"
 _SEED_USER = json.loads((SEED_DIR / "user_config.json").read_text())
 _SEED_ENV = json.loads((SEED_DIR / "env.json").read_text())
@@ -29,3 +33,13 @@ def aggregated() -> tuple[dict[str, Any], dict[str, Any]]:
         "motor_engine_union_config": {"engine_type": "sim", "engine_config": {"served_model_name": "tiny"}},
     }
     return user, {"version": "2.0.0"}
+
+
+def issues_of(user: dict[str, Any], env: dict[str, Any]) -> dict[str, str]:
+    """The problems loading the pair reports, by JSON path (several at one path joined by newlines)."""
+    with pytest.raises(ConfigError) as caught:
+        load_documents(user, env)
+    found: dict[str, str] = {}
+    for issue in caught.value.issues:
+        found[issue.path] = f"{found[issue.path]}\n{issue.message}" if issue.path in found else issue.message
+    return found

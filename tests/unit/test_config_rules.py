@@ -4,16 +4,7 @@ import pytest
 
 from motor.config import ConfigError, load_documents
 from motor.kv.connectors import DispatchProfile
-from tests.unit.config_cases import aggregated, seed, sub, transfer
-
-
-def issues_of(user, env) -> dict[str, str]:
-    with pytest.raises(ConfigError) as caught:
-        load_documents(user, env)
-    found: dict[str, str] = {}
-    for issue in caught.value.issues:
-        found[issue.path] = f"{found[issue.path]}\n{issue.message}" if issue.path in found else issue.message
-    return found
+from tests.unit.config_cases import aggregated, issues_of, seed, sub, transfer
 
 
 def test_seed_example_validates_with_pool_defaults_and_decode_first():

@@ -230,5 +230,10 @@ def test_union_instances_follow_the_aggregated_role() -> None:
 
 def test_required_roles() -> None:
     assert required_roles(DispatchProfile.PREFILL_FIRST, {"prefill", "decode"}) == ["prefill", "decode"]
+    assert required_roles(DispatchProfile.CONCURRENT, {"prefill", "decode", "encode"}) == [
+        "prefill",
+        "decode",
+        "encode",
+    ]
     assert required_roles(DispatchProfile.AGGREGATED, {"union"}) == ["union"]
     assert required_roles(DispatchProfile.AGGREGATED, {"prefill", "decode"}) == ["prefill"]

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from motor.config import ConfigError, load_config, load_documents
+from motor.config import load_config, load_documents
 from motor.config.ports import instance_ports
 from motor.deploy.engines import EngineLaunchRequest, engine_spec
 from motor.kv.store_ids import store_lookup_ids, with_store_lookup_ids
-from tests.unit.config_cases import seed, sub
+from tests.unit.config_cases import issues_of, seed, sub
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "local"
 LOOKUP = ".kv_connector_extra_config.connectors[1].kv_connector_extra_config.lookup_rpc_port"
@@ -68,12 +68,6 @@ def test_ids_are_found_with_their_paths() -> None:
             ),
             0,
         )
-
-
-def issues_of(user: dict[str, Any], env: dict[str, Any]) -> dict[str, str]:
-    with pytest.raises(ConfigError) as caught:
-        load_documents(user, env)
-    return {issue.path: issue.message for issue in caught.value.issues}
 
 
 def test_colliding_ids_on_a_shared_host_name_the_path_and_both_engines() -> None:

@@ -147,9 +147,10 @@ def coordinator_without_secrets(config: CoordinatorConfig) -> CoordinatorConfig:
 
 
 def required_roles(profile: DispatchProfile, configured: set[Role]) -> list[Role]:
-    """The roles whose active instances make the coordinator ready for its profile."""
+    """The roles whose active instances make the coordinator ready for its profile (an EPD topology's encode
+    instances too, as pyMotor's service waits for E, P and D)."""
     if profile != DispatchProfile.AGGREGATED:
-        return ["prefill", "decode"]
+        return ["prefill", "decode", "encode"] if "encode" in configured else ["prefill", "decode"]
     return ["union"] if "union" in configured or not configured else ["prefill"]
 
 
