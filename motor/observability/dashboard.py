@@ -137,8 +137,9 @@ ROWS: tuple[tuple[str, tuple[PanelSpec, ...]], ...] = (
             ),
             PanelSpec(
                 "Per-leg latency",
-                "prefill: the prefill leg; kv_wait: KV handover (prefill done → the decode's first output); "
-                "decode: first output → end; aggregated: a single-instance leg.",
+                "encode: the encode leg of an image or video request (EPD); prefill: the prefill leg; kv_wait: "
+                "KV handover (prefill done → the decode's first output); decode: first output → end; aggregated: "
+                "a single-instance leg.",
                 "s",
                 quantiles("motor_coordinator_leg_seconds", "leg", "{{leg}} "),
             ),
@@ -170,6 +171,14 @@ ROWS: tuple[tuple[str, tuple[PanelSpec, ...]], ...] = (
                 "Engine legs the coordinator closed before they finished, per second, by reason.",
                 "ops",
                 (Query(f"sum by (reason) ({rate('motor_coordinator_cancelled_legs_total')})", "{{reason}}"),),
+                no_value="0",
+            ),
+            PanelSpec(
+                "Encode legs (EPD)",
+                "Encode legs of image and video requests, per second, by outcome: done, failed (retried on "
+                "another encode instance while the budget lasts), aborted.",
+                "ops",
+                (Query(f"sum by (outcome) ({rate('motor_coordinator_encode_legs_total')})", "{{outcome}}"),),
                 no_value="0",
             ),
         ),
