@@ -69,6 +69,21 @@ def sim_user_config(
     return user
 
 
+def sim_epd_config(deploy_mode: str = "multi_deployment", encodes: int = 2) -> dict[str, Any]:
+    """sim_user_config with `encodes` encode instances handing their output to prefill through shared storage."""
+    user = sim_user_config(deploy_mode)
+    user["motor_deploy_config"].update(e_instances_num=encodes, e_pod_npu_num=0)
+    ec = {
+        "ec_connector": "ECExampleConnector",
+        "ec_connector_extra_config": {"shared_storage_path": "/shared/ec"},
+    }
+    user["motor_engine_encode_config"] = {
+        "engine_type": "sim",
+        "engine_config": {"served_model_name": "sim", "ec_transfer_config": ec},
+    }
+    return user
+
+
 def sim_union_config(deploy_mode: str = "multi_deployment", instances: int = 2) -> dict[str, Any]:
     engine = {"engine_type": "sim", "engine_config": {"served_model_name": "sim"}}
     return as_union(sim_user_config(deploy_mode, pool=False), instances, engine)

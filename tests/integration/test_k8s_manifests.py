@@ -14,7 +14,14 @@ from motor.deploy.k8s.manifests import ConfigTexts, build_manifests
 from motor.deploy.k8s.yaml_io import dump_all
 from motor.deploy.plan import build_plan
 from motor.protocol.credentials import instance_credential
-from tests.integration.k8s_support import SEED_DIR, SIM_ENV, example_dirs, sim_union_config, sim_user_config
+from tests.integration.k8s_support import (
+    SEED_DIR,
+    SIM_ENV,
+    example_dirs,
+    sim_epd_config,
+    sim_union_config,
+    sim_user_config,
+)
 
 KUBERNETES_VERSION = "1.33.0"
 
@@ -61,6 +68,7 @@ SIM_VARIANTS = {
     "multi-no-pool": sim_user_config("multi_deployment", pool=False),
     "single-container-a3": sim_user_config("single_container", hardware_type="800I_A3", accelerators=2),
     "multi-union": sim_union_config(),
+    "multi-epd": sim_epd_config(),
     "single-container-union": sim_union_config("single_container"),
 }
 
@@ -319,6 +327,26 @@ def test_union_instances_get_one_deployment_each() -> None:
     union = objects["Deployment", "union-1"]
     assert union["metadata"]["labels"]["motor.io/role"] == "union"
     assert container(union)["command"][-2:] == ["--spec", "/etc/motor/union-1.spec.json"]
+
+
+def test_encode_instances_get_one_deployment_each_with_their_ec_role() -> None:
+    objects = by_kind_name(manifests_for(SIM_VARIANTS["multi-epd"]))
+    deployments = {name for kind, name in objects if kind == "Deployment"}
+    assert {"encode-0", "encode-1", "prefill-0", "prefill-1", "decode-0"} <= deployments
+    encode = objects["Deployment", "encode-1"]
+    assert encode["metadata"]["labels"]["motor.io/role"] == "encode"
+    assert container(encode)["command"][-2:] == ["--spec", "/etc/motor/encode-1.spec.json"]
+    specs = next(
+        obj for obj in objects.values() if obj["kind"] == "ConfigMap" and "encode-1.spec.json" in obj["data"]
+    )
+    for instance, role in (("encode-1", "ec_producer"), ("prefill-0", "ec_consumer")):
+        argv = json.loads(specs["data"][f"{instance}.spec.json"])["engine"]["argv"]
+        ec = json.loads(argv[argv.index("--ec-transfer-config") + 1])
+        assert ec == {
+            "ec_connector": "ECExampleConnector",
+            "ec_connector_extra_config": {"shared_storage_path": "/shared/ec"},
+            "ec_role": role,
+        }
 
 
 def test_single_container_refuses_several_pods_per_instance() -> None:

@@ -6,8 +6,10 @@ decode engine; a text request never reaches an encode instance; with an encode e
 every request is answered through the other one."""
 
 import base64
+import io
 import json
 import os
+import re
 import signal
 import struct
 import threading
@@ -19,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from motor.cli import local_status
 from tests.fixtures.control import LocalRun, pid_alive
 from tests.fixtures.coordinator import metric_at
 from tests.fixtures.kv_handover import assert_kv_handover, decode_counters
@@ -112,6 +115,10 @@ def epd_run(local_run, tmp_path: Path) -> LocalRun:
 def test_an_image_request_is_encoded_once_and_its_output_found_by_the_prefill(epd_run: LocalRun) -> None:
     urls = engine_urls(epd_run)
     assert set(urls) == {"prefill-0", "decode-0", *ENCODES}
+    status = io.StringIO()
+    assert local_status.status(epd_run.run_root, epd_run.job_id, out=status) == 0
+    assert re.search(r"encode\s+0\s+2\s+0", status.getvalue()), status.getvalue()  # 2 active encode instances
+    assert "encode-1   encode   active  healthy" in status.getvalue(), status.getvalue()
     before_saved, before_loaded = counts(urls, SAVED), counts(urls, LOADED)
     before_decode = decode_counters(urls["decode-0"])
     prompt_tokens = []
