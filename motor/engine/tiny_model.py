@@ -89,23 +89,33 @@ def train_tokenizer(seed: int):  # -> tokenizers.Tokenizer
     return tokenizer
 
 
-def build_tiny_model(out_dir: Path, *, seed: int = 0, shape: TinyModelShape = TinyModelShape()) -> Path:
-    """Write the model, tokenizer and chat template to `out_dir` (created); return it."""
-    import torch
-    from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+def chat_tokenizer(seed: int, model_max_length: int, extra_special_tokens: tuple[str, ...] = ()):
+    """The seed's tokenizer as a transformers fast tokenizer: `<|endoftext|>` as bos, eos and pad, the ChatML
+    tokens and `extra_special_tokens` (appended after them, so the trained ids do not move) and the chat
+    template. -> transformers.PreTrainedTokenizerFast"""
+    from transformers import PreTrainedTokenizerFast
 
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=train_tokenizer(seed),
         bos_token=ENDOFTEXT,
         eos_token=ENDOFTEXT,
         pad_token=ENDOFTEXT,
-        additional_special_tokens=[IM_START, IM_END],
-        model_max_length=shape.max_position_embeddings,
+        additional_special_tokens=[IM_START, IM_END, *extra_special_tokens],
+        model_max_length=model_max_length,
     )
     tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_model(out_dir: Path, *, seed: int = 0, shape: TinyModelShape = TinyModelShape()) -> Path:
+    """Write the model, tokenizer and chat template to `out_dir` (created); return it."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    tokenizer = chat_tokenizer(seed, shape.max_position_embeddings)
     eos_id = tokenizer.convert_tokens_to_ids(ENDOFTEXT)
 
     config = Qwen2Config(
