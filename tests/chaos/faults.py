@@ -273,6 +273,32 @@ class Combined(Fault):
         return [note for fault in self.faults for note in fault.notes()]
 
 
+@dataclass
+class KillsInTurn(Fault):
+    """Several engine kills one after the other under the same load, each while its engine works on requests
+    and once the previous kill's engine serves again; recovered when the last one's does."""
+
+    kills: list[EngineKilled] = field(default_factory=list)
+    between_timeout_s: float = 60.0
+
+    def inject(self, cluster: ChaosCluster) -> None:
+        for index, kill in enumerate(self.kills):
+            kill.inject(cluster)
+            if index < len(self.kills) - 1:
+                wait_until(
+                    lambda kill=kill: kill.recovered(cluster),
+                    self.between_timeout_s,
+                    f"{kill.instance} serving again after kill {index + 1} of {len(self.kills)}",
+                    explain=cluster.diagnosis,
+                )
+
+    def recovered(self, cluster: ChaosCluster) -> bool:
+        return self.kills[-1].recovered(cluster)
+
+    def notes(self) -> list[str]:
+        return [f"{len(self.kills)} kills: {', '.join(kill.instance for kill in self.kills)}"]
+
+
 def combined_faults(name: str) -> Combined:
     """The pool master, the controller, a prefill and a decode engine at once."""
     return Combined(

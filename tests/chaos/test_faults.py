@@ -6,13 +6,14 @@ import re
 
 import pytest
 
-from tests.chaos.cluster import INSTANCES, ChaosCluster
+from tests.chaos.cluster import INSTANCES, ChaosCluster, alive
 from tests.chaos.conftest import CI_FREEZE_S, CI_HOLD_S, CI_LOAD
 from tests.chaos.faults import (
     ComponentKilled,
     EngineFrozen,
     EngineKilled,
     EtcdKilled,
+    KillsInTurn,
     PortBlackholed,
     WorkerKilled,
     combined_faults,
@@ -85,6 +86,20 @@ def test_decode_engine_killed_mid_stream(chaos_cluster: ChaosCluster) -> None:
     explicit = [o for o in result.outcomes if o.end is End.ERROR_AFTER_TOKEN]
     assert explicit == [], failures(result.outcomes)
     print(f"streams resumed after the kill: {chaos_cluster.coordinator_metric(resumed) - before:.0f}")
+
+
+def test_decode_engines_killed_in_turn_mid_stream(chaos_cluster: ChaosCluster) -> None:
+    resumed = 'motor_coordinator_replays_total{outcome="resumed"}'
+    before = chaos_cluster.coordinator_metric(resumed)
+    kills = [EngineKilled("", instance=name) for name in ("decode-0", "decode-1", "decode-0")]
+    fault = KillsInTurn("decode engines SIGKILLed in turn mid-stream (3 kills)", kills=kills)
+    result = run_fault(chaos_cluster, fault, CI_LOAD)
+    assert_nothing_lost(result)
+    assert [o for o in result.outcomes if o.end is End.ERROR_AFTER_TOKEN] == [], failures(result.outcomes)
+    killed = [kill.killed for kill in kills]
+    assert None not in killed and len(set(killed)) == 3, killed  # three engine processes, each killed once
+    assert not any(alive(pid) for pid in killed), killed
+    print(f"streams resumed over the three kills: {chaos_cluster.coordinator_metric(resumed) - before:.0f}")
 
 
 def test_engine_frozen(chaos_cluster: ChaosCluster) -> None:
