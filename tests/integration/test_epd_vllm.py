@@ -195,3 +195,30 @@ def test_a_text_request_takes_no_encode_leg_and_writes_no_encoder_file(deploymen
     assert token_ids(answer) == expected, "PD greedy output differs from aggregated"
     assert deployment.stored() == stored_before, "a text request made an encoder file"
     assert metric_at(deployment.mgmt_url, ENCODE_DONE) == legs_before == deployment.image_requests
+
+
+def test_a_streamed_image_request_streams_what_the_decode_engine_alone_answers(
+    deployment: Deployment,
+) -> None:
+    body = image_body(3)
+    expected = chat(deployment.decode, body)["choices"][0]["message"]["content"]
+    legs_before = metric_at(deployment.mgmt_url, ENCODE_DONE)
+
+    text, events, done = "", 0, False
+    streamed = {**body, "stream": True}
+    with httpx.stream(
+        "POST", f"{deployment.api_url}/v1/chat/completions", json=streamed, timeout=REQUEST_TIMEOUT_S
+    ) as response:
+        assert response.status_code == 200, response.read()
+        for line in response.iter_lines():
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: "):
+                chunk = json.loads(line[6:])
+                assert "error" not in chunk, chunk
+                if chunk["choices"]:
+                    text += chunk["choices"][0]["delta"].get("content") or ""
+                events += 1
+    deployment.image_requests += 1
+    assert done and events > 1 and text == expected, (done, events, text, expected)
+    assert metric_at(deployment.mgmt_url, ENCODE_DONE) == legs_before + 1
