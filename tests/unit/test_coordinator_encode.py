@@ -7,6 +7,7 @@ import struct
 
 import pytest
 
+from motor.coordinator.api.anthropic import to_chat
 from motor.coordinator.client_request import parse_request
 from motor.coordinator.dispatch.shaping import encode_body
 from motor.coordinator.encode.image_size import HEAD_BYTES, JPEG_SCAN_BYTES, data_url_size, image_size
@@ -217,6 +218,14 @@ def test_chat_requests_carry_their_encode_work_and_completions_none() -> None:
     assert parse_request("chat", json.dumps(text).encode(), {"m"}).encode is None
     completion = {"model": "m", "prompt": "hello"}
     assert parse_request("completions", json.dumps(completion).encode(), {"m"}).encode is None
+
+
+def test_an_anthropic_image_block_becomes_encode_work_with_its_size() -> None:
+    data = base64.b64encode(png(640, 480)).decode()
+    block = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
+    messages = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": [block]}]}
+    parsed = parse_request("chat", json.dumps(to_chat(messages)).encode(), {"m"})
+    assert parsed.encode is not None and parsed.encode.score == 20 * 15  # ceil(640/32) x ceil(480/32)
 
 
 def test_the_encode_body_asks_for_one_token_not_streamed() -> None:
