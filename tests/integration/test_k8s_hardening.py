@@ -156,10 +156,8 @@ def _sim_engine(name: str, pod_name: str) -> bool:
     """Engine pods of the simulator keep a read-only root (it writes only to its run directory)."""
     if pod_name in CONTROL or pod_name == "single-container":
         return False
-    role = (
-        "motor_engine_" + {"prefill": "prefill", "decode": "decode", "union": "union"}[pod_name.split("-")[0]]
-    )
-    return CASES[name][0].get(f"{role}_config", {}).get("engine_type") == "sim"
+    role = pod_name.split("-")[0]  # prefill-0, decode-1, union-0, encode-0: the engine section's role
+    return CASES[name][0].get(f"motor_engine_{role}_config", {}).get("engine_type") == "sim"
 
 
 @pytest.mark.parametrize("name", BUILT_CASES)
