@@ -5,18 +5,14 @@ prefill engine must find (the sim's consumer fails the request when it is missin
 decode engine; a text request never reaches an encode instance; with an encode engine killed under image load
 every request is answered through the other one."""
 
-import base64
 import io
 import json
 import os
 import re
 import signal
-import struct
 import threading
 import time
-import zlib
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -24,63 +20,15 @@ import pytest
 from motor.cli import local_status
 from tests.fixtures.control import LocalRun, pid_alive
 from tests.fixtures.coordinator import metric_at
+from tests.fixtures.epd import SIM_BLOCK_SIZE, sim_epd_overrides, sim_image_chat
 from tests.fixtures.kv_handover import assert_kv_handover, decode_counters
 
 pytestmark = pytest.mark.slow
 
-BLOCK_SIZE = 16  # examples/sim's block_size
 SAVED = "motor_sim_ec_saved_total"
 LOADED = "motor_sim_ec_loaded_total"
 MISSING = "motor_sim_ec_missing_total"
 ENCODES = ("encode-0", "encode-1")
-
-
-def png(width: int, height: int, seed: int) -> str:
-    """A data URL of a valid one-colour PNG of that size (the colour makes each seed's image its own)."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    row = b"\x00" + bytes((seed % 256, 7, 9)) * width
-    body = chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-    body += chunk(b"IDAT", zlib.compress(row * height)) + chunk(b"IEND", b"")
-    return "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + body).decode()
-
-
-def image_request(seed: int) -> dict[str, Any]:
-    return {
-        "model": "sim-model",
-        "messages": [
-            {
-                "role": "user",
-                "content": [
-                    {"type": "text", "text": f"request {seed}: " + " ".join(f"w{i}" for i in range(60))},
-                    {"type": "image_url", "image_url": {"url": png(64, 48, seed)}},
-                ],
-            }
-        ],
-        "max_tokens": 6,
-    }
-
-
-def epd_overrides(storage: Path) -> dict[str, Any]:
-    return {
-        "motor_deploy_config": {"e_instances_num": 2, "single_e_instance_pod_num": 1, "e_pod_npu_num": 0},
-        "motor_engine_encode_config": {
-            "engine_type": "sim",
-            "engine_config": {
-                "served_model_name": "sim-model",
-                "max_model_len": 4096,
-                "block_size": BLOCK_SIZE,
-                "prefill_ms_per_token": 0.05,
-                "itl_ms": 1,
-                "ec_transfer_config": {
-                    "ec_connector": "ECExampleConnector",
-                    "ec_connector_extra_config": {"shared_storage_path": str(storage)},
-                },
-            },
-        },
-    }
 
 
 def engine_urls(run: LocalRun) -> dict[str, str]:
@@ -107,7 +55,7 @@ def encode_engine_pid(run: LocalRun, url: str) -> int:
 
 @pytest.fixture
 def epd_run(local_run, tmp_path: Path) -> LocalRun:
-    run = local_run(overrides=epd_overrides(tmp_path / "ec"))
+    run = local_run(overrides=sim_epd_overrides(tmp_path / "ec"))
     assert run.plan_and_deploy() == 0
     return run
 
@@ -124,10 +72,10 @@ def test_an_image_request_is_encoded_once_and_its_output_found_by_the_prefill(ep
     prompt_tokens = []
     with httpx.Client(base_url=epd_run.api_url, timeout=60) as client:
         for seed in range(4):
-            response = client.post("/v1/chat/completions", json=image_request(seed))
+            response = client.post("/v1/chat/completions", json=sim_image_chat(seed))
             assert response.status_code == 200, response.text
             prompt_tokens.append(response.json()["usage"]["prompt_tokens"])
-        assert_kv_handover(before_decode, decode_counters(urls["decode-0"]), prompt_tokens, BLOCK_SIZE)
+        assert_kv_handover(before_decode, decode_counters(urls["decode-0"]), prompt_tokens, SIM_BLOCK_SIZE)
         text = client.post(
             "/v1/chat/completions",
             json={
@@ -156,7 +104,9 @@ def test_an_encode_engine_killed_under_image_load_loses_no_request(epd_run: Loca
             while not stop.is_set():
                 seed += 1
                 try:
-                    statuses.append(client.post("/v1/chat/completions", json=image_request(seed)).status_code)
+                    statuses.append(
+                        client.post("/v1/chat/completions", json=sim_image_chat(seed)).status_code
+                    )
                 except httpx.HTTPError as exc:  # a hang or a cut connection fails the test below
                     statuses.append(type(exc).__name__)
 

@@ -1,5 +1,5 @@
-"""No blank panel: examples/sim deployed locally, scraped by a real Prometheus with the config `motor deploy`
-wrote (only the intervals shortened), PD traffic through the coordinator (streamed and not, an unknown model, a
+"""No blank panel: examples/sim (with an encode instance) deployed locally, scraped by a real Prometheus with the config `motor deploy`
+wrote (only the intervals shortened), PD traffic through the coordinator (image requests with their encode leg, streamed and not, an unknown model, a
 client that leaves mid-stream, a failing prefill that is retried), then every PromQL query of the generated
 dashboard must return at least one finite sample through Prometheus' HTTP API."""
 
@@ -17,6 +17,7 @@ from motor.cli.main import main
 from motor.deploy.prometheus import CONFIG_FILE, PROMETHEUS_DIR
 from motor.observability.dashboard import JOB_VARIABLE, RATE_WINDOW, build_dashboard, panel_queries
 from tests.fixtures.control import LocalRun
+from tests.fixtures.epd import sim_epd_overrides, sim_image_chat
 from tests.fixtures.prometheus import PROMETHEUS, PrometheusServer
 from tests.fixtures.sim import SIM_ADMIN
 from tests.installs import needs_install
@@ -50,7 +51,8 @@ def completion(stream: bool) -> dict[str, Any]:
 
 
 def send_traffic(client: httpx.Client) -> None:
-    for _ in range(3):
+    for seed in range(3):
+        assert client.post("/v1/chat/completions", json=sim_image_chat(seed)).status_code == 200  # encode leg
         assert client.post("/v1/chat/completions", json=chat(stream=False)).status_code == 200
         assert client.post("/v1/completions", json=completion(stream=False)).status_code == 200
         for path, body in (
@@ -80,9 +82,8 @@ def test_every_dashboard_query_returns_data(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    run = local_run(
-        overrides={"motor_coordinator_config": {"exception_config": {"max_retry": 1, "retry_delay": 0.05}}}
-    )
+    retries = {"motor_coordinator_config": {"exception_config": {"max_retry": 1, "retry_delay": 0.05}}}
+    run = local_run(overrides={**retries, **sim_epd_overrides(tmp_path / "ec", encodes=1)})
     assert run.plan_and_deploy() == 0
 
     capsys.readouterr()
@@ -93,8 +94,8 @@ def test_every_dashboard_query_returns_data(
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump(written))
     server = prometheus_servers(config=config)
-    # pool, controller, coordinator, and an engine and a node manager per instance (1P + 1D)
-    targets = server.wait_targets_up(expected=7)
+    # pool, controller, coordinator, and an engine and a node manager per instance (1E + 1P + 1D)
+    targets = server.wait_targets_up(expected=9)
     assert {(t["labels"]["job"], t["labels"]["instance"]) for t in targets} == {
         ("motor-kv-pool", "kv-pool"),
         ("motor-controller", "controller"),
@@ -103,6 +104,8 @@ def test_every_dashboard_query_returns_data(
         ("motor-engine", "decode-0"),
         ("motor-node-manager", "prefill-0"),
         ("motor-node-manager", "decode-0"),
+        ("motor-engine", "encode-0"),
+        ("motor-node-manager", "encode-0"),
     }
     assert all(t["labels"]["motor_job"] == run.job_id for t in targets)
 
