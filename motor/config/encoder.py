@@ -73,16 +73,12 @@ def fill_ec_role(config: dict[str, Any], path: str, role: Role, warnings: list[s
     return {**config, "ec_role": wanted}
 
 
-def encode_count(user: UserConfig) -> int:
-    return user.motor_deploy_config.e_instances_num or 0
-
-
 def encode_section(
     user: UserConfig, aggregated: bool, issues: list[ConfigIssue], warnings: list[str]
 ) -> EngineSection | None:
     """The encode role's engine section when the topology has encode instances, checking the combinations
     pyMotor refuses as well (no encode beside union instances, not in one container, vLLM only)."""
-    count = encode_count(user)
+    count = user.motor_deploy_config.e_instances_num or 0
     section = user.motor_engine_encode_config
     if count == 0:
         if section is not None:
