@@ -555,6 +555,55 @@ class NodeManagerConfig(Section):
     mgmt_tls_config: TlsConfig | None = None
 
 
+# ---- motor_planner_config (motor's own section) -----------------------------------------------------------
+
+
+class PlannerApiConfig(Section):
+    planner_api_port: Port = 1028
+
+
+Fraction = Annotated[float, Strict(), Field(ge=0, lt=1)]
+Share = Annotated[float, Strict(), Field(gt=0, le=1)]
+PositiveMs = Annotated[float, Strict(), Field(gt=0)]
+
+
+class PlannerConfig(Section):
+    """The SLO planner (docs/planner.md): sizes the prefill and decode sides to the traffic, within bounds per
+    role and a total budget, through the scale paths `--update-instance-num` uses."""
+
+    enable: Bool = False
+    logging_config: LoggingConfig = LoggingConfig()
+    api_config: PlannerApiConfig = PlannerApiConfig()
+    min_prefill: InstanceCount = 1
+    max_prefill: InstanceCount | None = Field(default=None, description="None: only the budget bounds it")
+    min_decode: InstanceCount = 1
+    max_decode: InstanceCount | None = Field(default=None, description="None: only the budget bounds it")
+    max_instances: Annotated[int, Strict(), Field(ge=2, le=32)] | None = Field(
+        default=None, description="prefill + decode instances at most"
+    )
+    max_accelerators: Annotated[int, Strict(), Field(ge=1)] | None = Field(
+        default=None, description="instances × the role's pods × accelerators per pod, summed, at most"
+    )
+    ttft_slo_ms: PositiveMs = 2000.0
+    itl_slo_ms: PositiveMs = 100.0
+    interval_s: PositiveSeconds = 5.0
+    window_s: PositiveSeconds = Field(default=15.0, description="the figures are measured over this window")
+    cooldown_s: Annotated[float, Strict(), Field(ge=0)] = 10.0
+    scale_down_intervals: Annotated[int, Strict(), Field(ge=1, le=100)] = Field(
+        default=2, description="decisions in a row that must agree before capacity is removed"
+    )
+    hysteresis_margin: Fraction = Field(
+        default=0.1, description="a role shrinks only when its need is this share below the smaller count"
+    )
+    max_changes_per_minute: Annotated[int, Strict(), Field(ge=1, le=60)] = 4
+    max_utilization: Share = Field(
+        default=0.85, description="the busiest share of its measured capacity an instance is planned for"
+    )
+    enable_role_conversion: Bool = Field(
+        default=True, description="under a full budget, turn instances of one role into the other"
+    )
+
+
 # ---- engine sections -------------------------------------------------------------------------------------
 
 EngineType = Literal["vllm", "sglang", "sim"]
@@ -594,6 +643,7 @@ class UserConfig(Section):
     kv_cache_pool_config: KvCachePoolConfig | None = None
     kv_cache_store_config: KvCachePoolConfig | None = None
     kv_conductor_config: KvConductorConfig | None = None
+    motor_planner_config: PlannerConfig = PlannerConfig()
 
 
 # ---- env.json --------------------------------------------------------------------------------------------

@@ -10,11 +10,13 @@ A running local job that is scaled keeps the ordinals of the instances it keeps 
 move; the new instances take the smallest ordinals no kept instance holds.
 """
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from motor.config.compat import engine_option
 from motor.config.models import UserConfig
+from motor.config.planner import instance_accelerators, planner_bounds
 from motor.config.roles import Role, RoleSpec
 from motor.config.transfer import transfer_config_key
 from motor.kv.connectors import serves_bootstrap
@@ -191,9 +193,43 @@ def pod_port_uses(
     return pods
 
 
+def planner_port_uses(user: UserConfig) -> list[PortUse]:
+    planner = user.motor_planner_config
+    if not planner.enable:
+        return []
+    return [
+        PortUse(
+            "planner", "motor_planner_config.api_config.planner_api_port", planner.api_config.planner_api_port
+        )
+    ]
+
+
+def with_planner_maxima(user: UserConfig, roles: dict[Role, RoleSpec]) -> dict[Role, RoleSpec]:
+    """The roles as the planner may grow them (none when it is off): the most prefill instances it may run,
+    decode instances up to the most instances in all. A scaled job's ordinals stay below its instance count,
+    so these ports are all a job the planner scales may use."""
+    planner = user.motor_planner_config
+    if not planner.enable or (planner.max_instances is None and planner.max_accelerators is None):
+        return roles
+    if "prefill" not in roles or "decode" not in roles:
+        return roles
+    bounds = planner_bounds(planner, instance_accelerators(user))
+    most = bounds.maximum["prefill"] + bounds.maximum["decode"]
+    if bounds.max_instances is not None:
+        most = min(most, bounds.max_instances)
+    prefill = max(roles["prefill"].instances, bounds.maximum["prefill"])
+    decode = max(roles["decode"].instances, most - prefill)
+    return {
+        **roles,
+        "prefill": dataclasses.replace(roles["prefill"], instances=prefill),
+        "decode": dataclasses.replace(roles["decode"], instances=decode),
+    }
+
+
 def local_port_uses(
     user: UserConfig, roles: dict[Role, RoleSpec], pool: KvCachePoolConfig | None
 ) -> list[PortUse]:
+    """Every port of a job on one host; with the planner on, of the most instances it may run."""
     uses = [
         *coordinator_port_uses(user),
         PortUse(
@@ -202,11 +238,12 @@ def local_port_uses(
             user.motor_controller_config.api_config.controller_api_port,
         ),
         *standby_probe_port_uses(user),
+        *planner_port_uses(user),
     ]
     if pool is not None:
         uses.append(PortUse("KV pool master", "kv_cache_pool_config.port", pool.port))
         uses.append(PortUse("KV pool metrics", "kv_cache_pool_config.metrics_port", pool.metrics_port))
-    for ports in instance_ports(roles):
+    for ports in instance_ports(with_planner_maxima(user, roles)):
         nm_path = roles[ports.role].node_manager_path  # type: ignore[index]
         uses.append(
             PortUse(

@@ -688,6 +688,37 @@ _warned(
     "checked, then ignored with kv_conductor_config",
 )
 
+# ---- motor_planner_config (motor's own section) -----------------------------------------------------------
+
+_PL = "motor_planner_config"
+_implemented(
+    "",
+    _PL,
+    "motor's own section: the SLO planner that sizes prefill and decode to the traffic (docs/planner.md); "
+    "pyMotor's fault_tolerance_config.enable_scale_p2d stays warned",
+)
+_logging(_PL)
+_implemented(_PL, "enable", "motor's own key: deploy the planner (default false)")
+_implemented(_PL, "api_config", "motor's own key")
+_implemented(f"{_PL}.api_config", "planner_api_port", "motor's own key: metrics, status and probes (1028)")
+_implemented(
+    _PL,
+    "min_prefill max_prefill min_decode max_decode max_instances max_accelerators",
+    "motor's own keys: bounds per role and the budget (instances, or instances × pods × accelerators per pod)",
+)
+_implemented(
+    _PL,
+    "ttft_slo_ms itl_slo_ms max_utilization",
+    "motor's own keys: the objectives the planner sizes for (2000 ms, 100 ms) and the busiest share of its "
+    "measured capacity an instance is planned for (0.85)",
+)
+_implemented(
+    _PL,
+    "interval_s window_s cooldown_s scale_down_intervals hysteresis_margin max_changes_per_minute "
+    "enable_role_conversion",
+    "motor's own keys: how often and how cautiously the planner changes the counts",
+)
+
 # ---- env.json ---------------------------------------------------------------------------------------------
 
 _implemented(

@@ -18,6 +18,7 @@ from motor.config.models import (
     EnvConfig,
     UserConfig,
 )
+from motor.config.planner import check_planner
 from motor.config.ports import (
     SHARED_HOST_MODES,
     PortUse,
@@ -192,6 +193,7 @@ def build_topology(
     shared_host = deploy.deploy_mode in SHARED_HOST_MODES
     ports = local_port_uses(user, roles, pool) if shared_host else []
     targets = _check_targets(user, roles, pool, issues, broken)
+    check_planner(user, aggregated, issues)
     _check_store_lookup_ids(roles, transfer, shared_host, issues)
     if len(issues) > before or profile is None:
         return None
