@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 REQUESTS = "motor_coordinator_requests"
 TTFT = "motor_coordinator_ttft_seconds"
 CIRCUIT_OPEN = "motor_coordinator_circuit_open"
+IN_FLIGHT = "motor_coordinator_in_flight_requests"
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,7 @@ class CoordinatorSample:
     errors: float  # answered with a non-2xx status
     ttft_buckets: dict[float, float] = field(default_factory=dict)  # upper bound → cumulative count
     open_circuits: frozenset[str] = frozenset()  # instance ids
+    in_flight: float = 0.0  # requests being served
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class Traffic:
 
 
 def parse_sample(text: str, at: float) -> CoordinatorSample:
-    requests = errors = 0.0
+    requests = errors = in_flight = 0.0
     buckets: dict[float, float] = {}
     open_circuits: set[str] = set()
     for family in text_string_to_metric_families(text):
@@ -54,7 +56,9 @@ def parse_sample(text: str, at: float) -> CoordinatorSample:
                     buckets[bound] = buckets.get(bound, 0.0) + sample.value
         elif family.name == CIRCUIT_OPEN:
             open_circuits.update(s.labels["instance"] for s in family.samples if s.value == 1)
-    return CoordinatorSample(at, requests, errors, buckets, frozenset(open_circuits))
+        elif family.name == IN_FLIGHT:
+            in_flight += sum(sample.value for sample in family.samples)
+    return CoordinatorSample(at, requests, errors, buckets, frozenset(open_circuits), in_flight)
 
 
 def scrape_coordinator(
