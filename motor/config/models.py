@@ -364,17 +364,22 @@ class ExceptionConfig(Section):
 
 
 class TimeoutConfig(Section):
-    """pyMotor's five timeouts, and motor's own per-leg prefill deadline: `clamp(prefill_deadline_floor,
-    prefill_deadline_allowance + prefill_deadline_factor × tokens / observed rate, prefill_deadline_cap)`, where
-    tokens is the instance's prefill work in flight (this prompt included) and the rate the instance's measured
-    prefill throughput. Until `prefill_deadline_min_samples` legs were measured there, a prefill leg gets the cap;
-    the cap defaults to (and never exceeds) request_timeout."""
+    """pyMotor's timeouts (its five and the idle expiry of engine connections), and motor's own per-leg prefill
+    deadline: `clamp(prefill_deadline_floor, prefill_deadline_allowance + prefill_deadline_factor × tokens /
+    observed rate, prefill_deadline_cap)`, where tokens is the instance's prefill work in flight (this prompt
+    included) and the rate the instance's measured prefill throughput. Until `prefill_deadline_min_samples` legs
+    were measured there, a prefill leg gets the cap; the cap defaults to (and never exceeds) request_timeout."""
 
     request_timeout: PositiveSeconds = 30.0
     connection_timeout: PositiveSeconds = 10.0
     read_timeout: PositiveSeconds = 15.0
     write_timeout: PositiveSeconds = 15.0
     keep_alive_timeout: PositiveSeconds = 60.0
+    engine_client_keepalive_expiry: PositiveSeconds = Field(
+        default=4.0,
+        description="seconds an idle pooled connection to an engine is kept; keep it below the engines' own idle "
+        "timeout (uvicorn's 5 s) so no request is written into a connection the engine is closing",
+    )
     prefill_deadline_floor: PositiveSeconds = 2.0
     prefill_deadline_cap: PositiveSeconds | None = None
     prefill_deadline_factor: Annotated[float, Strict(), Field(ge=1.0)] = 4.0

@@ -435,6 +435,12 @@ _implemented(
 )
 _implemented(
     f"{_K}.timeout_config",
+    "engine_client_keepalive_expiry",
+    "seconds an idle pooled connection to an engine is kept (motor's default 4, MindIE Motor's 3); keep it below "
+    "the engines' own idle timeout (uvicorn's 5 s)",
+)
+_implemented(
+    f"{_K}.timeout_config",
     "prefill_deadline_floor prefill_deadline_cap prefill_deadline_factor prefill_deadline_allowance "
     "prefill_deadline_min_samples",
     "motor's own keys: the per-leg prefill deadline",

@@ -98,7 +98,9 @@ class Core:
         timeouts = config.timeout_config
         self.loop = asyncio.get_running_loop()
         self.pool = UpstreamPool(
-            connect_timeout=timeouts.connection_timeout, write_timeout=timeouts.write_timeout
+            connect_timeout=timeouts.connection_timeout,
+            write_timeout=timeouts.write_timeout,
+            idle_timeout=timeouts.engine_client_keepalive_expiry,
         )
         self.callbacks.base_url = callback_base_url
         limits = DispatchLimits(
