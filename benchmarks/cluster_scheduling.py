@@ -29,7 +29,13 @@ The paths, each started fresh against the same engines and alternated turn by tu
   `motor POLICY/wN`), pd_aware with admission bounds derived from the engines;
 - vllm-router 0.1.17 in vLLM PD mode (`--vllm-pd-disaggregation`), once per policy (`--router-policies`), its
   metrics listener on its own free port; `POLICY@N` adds its global admission (`--max-concurrent-requests N`,
-  a 2 s queue), by default cache_aware with N = pd_aware's decode bound × the decode engines.
+  a 2 s queue), by default cache_aware with N = pd_aware's decode bound × the decode engines;
+- Dynamo 1.6.1 (`--dynamo kv`, installed by scripts/install_dynamo.sh): its frontend with `--router-mode MODE`
+  over engines of its own, as many disaggregated mocker prefill and decode workers as the sims (one process per
+  role), calibrated to the sim engines per word of prompt (KV blocks, token budget, prefill and decode step costs,
+  the prefill→decode link: benchmarks/dynamo_peer.py), started fresh for each row; its local hit ratio is its
+  router's (the prefix it found cached on the chosen prefill worker, from the workers' KV events), it has no
+  pool and no handover figure. With a Dynamo path the whole run moves into a loopback-only network namespace.
 
 The workload (`make_workload`, seeded, identical for every path): multi-turn sessions, each over one system
 prompt or tenant prefix, each turn's prompt the previous one plus the answer plus a new user message, lognormal
@@ -52,7 +58,7 @@ A PNG of goodput, output tokens/s and TTFT P90 and P99 against the requests sent
     .venv/bin/python benchmarks/cluster_scheduling.py [--quick] [--scenario shared-pool|cache-pressure]
         [--engines 8|16] [--rates 5,8,12] [--duration 30] [--workers 1,4]
         [--motor-policies round_robin,load_balance,prefix_affinity,pd_aware,kv_cache_affinity]
-        [--router-policies round_robin,cache_aware,power_of_two,cache_aware@40] [--seed 1]
+        [--router-policies round_robin,cache_aware,power_of_two,cache_aware@40] [--dynamo kv] [--seed 1]
 
 Everything listens on 127.0.0.1 (or on ipc:// sockets in the run's directory) on free ports; every process
 started here is stopped by pid at the end.
@@ -60,6 +66,7 @@ started here is stopped by pid at the end.
 
 import argparse
 import asyncio
+import functools
 import itertools
 import json
 import math
@@ -88,6 +95,18 @@ from coordinator_overhead import (
     refresh,
     spawn,
     wait_http,
+)
+from dynamo_peer import (
+    NVEXT_TOKEN_EVENTS,
+    DynamoDeployment,
+    enter_loopback_namespace,
+    mocker_flags,
+    perf_tables,
+    role_flags,
+    start_deployment,
+    tiny_model_dir,
+    tokens_per_word,
+    write_perf_data,
 )
 from plotting import default_plot_path, figure, save, skipped_without_matplotlib
 from prometheus_client.parser import text_string_to_metric_families
@@ -477,18 +496,27 @@ class Router:
     name: str
     process: Process
     url: str
+    body_extra: dict[str, Any] = field(default_factory=dict)  # merged into every request it is sent
+    engines: DynamoDeployment | None = None  # a path that brings its own engines (Dynamo's mockers)
+
+    def stop(self) -> None:
+        self.process.stop()
+        if self.engines is not None:
+            self.engines.stop()
 
 
 @dataclass(frozen=True)
 class PathSpec:
-    kind: str  # "motor" or "vllm-router"
-    policy: str  # a motor scheduler_type, or a vllm-router POLICY or POLICY@N
+    kind: str  # "motor", "vllm-router" or "dynamo"
+    policy: str  # a motor scheduler_type, a vllm-router POLICY or POLICY@N, or a Dynamo router mode
     workers: int = 1  # motor's coordinator workers
 
 
-def start_path(path: PathSpec, cluster: Cluster, work: Path) -> Router:
+def start_path(path: PathSpec, cluster: Cluster, work: Path, args: argparse.Namespace) -> Router:
     if path.kind == "motor":
         return start_motor(path.policy, path.workers, cluster, work)
+    if path.kind == "dynamo":
+        return start_dynamo(path.policy, cluster.scenario, work)
     return start_vllm_router(path.policy, cluster.prefill, cluster.decode, work)
 
 
@@ -592,6 +620,53 @@ def start_vllm_router(spec: str, prefill: Engines, decode: Engines, work: Path) 
     return Router(name, process, f"http://127.0.0.1:{port}")
 
 
+@functools.cache
+def dynamo_calibration(work: Path, scenario: Scenario) -> tuple[Path, float, Path]:
+    """(the mocker's model directory, its tokenizer's tokens per sim token, its timing tables) for `scenario`,
+    made once per run: see benchmarks/dynamo_peer.py for what is matched."""
+    model_dir = tiny_model_dir(work, max_model_len=4 * ENGINE_MAX_MODEL_LEN)
+    ratio = tokens_per_word(model_dir, [" ".join(_words(random.Random(0), 4000))])
+    tables = perf_tables(
+        scenario.model,
+        ratio,
+        max_prompt_tokens=math.ceil(ENGINE_MAX_MODEL_LEN * ratio),
+        max_kv_tokens=math.ceil(ENGINE_BLOCKS * BLOCK_SIZE * ratio),
+    )
+    return model_dir, ratio, write_perf_data(work / "mocker_perf.npz", tables)
+
+
+def start_dynamo(router_mode: str, scenario: Scenario, work: Path) -> Router:
+    """Dynamo's frontend (`--router-mode ROUTER_MODE`) over as many disaggregated prefill and decode mocker
+    workers as the scenario has engines per role, with the sim engines' KV budgets, token budgets and step
+    costs per word of prompt; a fresh deployment per row (its caches cold until the row's warm-up)."""
+    model_dir, ratio, perf_data = dynamo_calibration(work, scenario)
+
+    def flags_of(role: str) -> list[str]:
+        blocks = scenario.prefill_blocks if role == "prefill" else ENGINE_BLOCKS
+        max_model_len = math.ceil(min(ENGINE_MAX_MODEL_LEN, blocks * BLOCK_SIZE) * ratio)
+        extra = ["--max-model-len", str(max_model_len)]
+        return [
+            *mocker_flags(scenario.model, ratio, blocks, perf_data, ENGINE_MAX_SEQS, extra),
+            *role_flags(scenario.model, ratio, role, scenario.engines),
+        ]
+
+    deployment = start_deployment(
+        work,
+        engines=scenario.engines,
+        router_mode=router_mode,
+        model_dir=model_dir,
+        served_name=MODEL,
+        flags_of=flags_of,
+    )
+    return Router(
+        f"dynamo {router_mode} (disagg)",
+        deployment.frontend,
+        deployment.url,
+        body_extra=NVEXT_TOKEN_EVENTS,
+        engines=deployment,
+    )
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """User + system time of a process and its live descendants (a launcher may run the router as a child)."""
     children: dict[int, list[int]] = {}
@@ -653,9 +728,11 @@ def wait_idle(cluster: list[Engines], timeout_s: float = 120.0) -> None:
 # ---- load --------------------------------------------------------------------------------------------------
 
 
-async def send(session: aiohttp.ClientSession, url: str, turn: Turn, salt: str) -> Outcome:
+async def send(
+    session: aiohttp.ClientSession, url: str, turn: Turn, salt: str, extra: dict[str, Any]
+) -> Outcome:
     body = {"model": MODEL, "prompt": turn.prompt(salt), "max_tokens": turn.max_tokens, "ignore_eos": True}
-    body |= {"stream": True, "temperature": 0}
+    body |= {"stream": True, "temperature": 0, **extra}
     started = time.perf_counter()
     try:
         async with session.post(f"{url}/v1/completions", json=body) as response:
@@ -687,21 +764,23 @@ def _client() -> aiohttp.ClientSession:
     )
 
 
-async def open_loop(url: str, turns: list[Turn], salt: str) -> list[Outcome]:
+async def open_loop(url: str, turns: list[Turn], salt: str, extra: dict[str, Any]) -> list[Outcome]:
     async with _client() as session:
         start = time.perf_counter()
 
         async def one(turn: Turn) -> Outcome:
             await asyncio.sleep(max(0.0, start + turn.at_s - time.perf_counter()))
             late = time.perf_counter() - start - turn.at_s
-            outcome = await send(session, url, turn, salt)
+            outcome = await send(session, url, turn, salt, extra)
             outcome.late_s = late
             return outcome
 
         return list(await asyncio.gather(*(one(turn) for turn in turns)))
 
 
-async def warm_up(url: str, prefixes: list[tuple[str, ...]], salt: str, concurrency: int) -> int:
+async def warm_up(
+    url: str, prefixes: list[tuple[str, ...]], salt: str, concurrency: int, extra: dict[str, Any]
+) -> int:
     """Send every prefix once for one token, `concurrency` at a time, through the path (not measured), so the
     engines' caches, and what the router knows of them, start the row warm. Returns how many failed."""
     slots = asyncio.Semaphore(concurrency)
@@ -709,7 +788,7 @@ async def warm_up(url: str, prefixes: list[tuple[str, ...]], salt: str, concurre
 
         async def one(words: tuple[str, ...]) -> Outcome:
             async with slots:
-                return await send(session, url, Turn(0.0, -1, 0, words, 1), salt)
+                return await send(session, url, Turn(0.0, -1, 0, words, 1), salt, extra)
 
         outcomes = await asyncio.gather(*(one(words) for words in prefixes))
     return sum(not outcome.ok for outcome in outcomes)
@@ -757,20 +836,26 @@ def measure(
     prefill, decode = cluster.prefill, cluster.decode
     salt = f"run{run}x{os.getpid()}"
     if prefixes:
-        failed = uvloop.run(warm_up(router.url, prefixes, salt, cluster.scenario.engines))
+        failed = uvloop.run(warm_up(router.url, prefixes, salt, cluster.scenario.engines, router.body_extra))
         if failed:
             print(f"{router.name}: {failed} of {len(prefixes)} warm-up requests failed")
-    before, decode_before = engine_counters(prefill), engine_counters(decode)
-    sims = (prefill.process.popen.pid, decode.process.popen.pid)
+
+    def counters() -> tuple[dict[str, float], dict[str, float]]:
+        if router.engines is not None:
+            return router.engines.counters()
+        return engine_counters(prefill), engine_counters(decode)
+
+    before, decode_before = counters()
+    sims = router.engines.pids() if router.engines else [prefill.process.popen.pid, decode.process.popen.pid]
     cpu_before = tree_cpu_seconds(router.process.popen.pid)
     sims_before, client_before = sum(map(process_seconds, sims)), time.process_time()
     wall = time.perf_counter()
-    outcomes = uvloop.run(open_loop(router.url, turns, salt))
+    outcomes = uvloop.run(open_loop(router.url, turns, salt, router.body_extra))
     wall = time.perf_counter() - wall
     cpu = tree_cpu_seconds(router.process.popen.pid) - cpu_before
     sims_cpu = sum(map(process_seconds, sims)) - sims_before
     client_cpu = time.process_time() - client_before
-    after, decode_after = engine_counters(prefill), engine_counters(decode)
+    after, decode_after = counters()
     prompt = max(1.0, after["prompt"] - before["prompt"])
     decode_prompt = max(1.0, decode_after["prompt"] - decode_before["prompt"])
     ok = [o for o in outcomes if o.ok]
@@ -816,15 +901,16 @@ def measure_least_starved(
     starved; the least starved attempt."""
     attempts: list[Row] = []
     for attempt in range(1 + args.starved_retries):
-        router = start_path(path, cluster, work)
+        router = start_path(path, cluster, work, args)
         try:
             row = measure(router, rate, turns, prefixes, cluster, args, next(runs))
         finally:
-            router.process.stop()
+            router.stop()
         row.attempts = attempt + 1
         attempts.append(row)
         print_rows([row], args)
-        wait_idle([cluster.prefill, cluster.decode])
+        if router.engines is None:
+            wait_idle([cluster.prefill, cluster.decode])
         if row.late_p99 <= args.max_send_lag:
             break
     return min(attempts, key=lambda row: row.late_p99)
@@ -836,6 +922,12 @@ def paths(args: argparse.Namespace) -> Iterator[PathSpec]:
             yield PathSpec("motor", policy, workers)
     for policy in args.router_policies:
         yield PathSpec("vllm-router", policy)
+    for mode in args.dynamo:
+        yield PathSpec("dynamo", mode)
+
+
+def pct(share: float) -> str:
+    return f"{share:.0%}" if math.isfinite(share) else "-"
 
 
 def ms(seconds: float) -> str:
@@ -858,7 +950,7 @@ def print_rows(rows: list[Row], args: argparse.Namespace) -> None:
         print(
             f"{r.path:<34} {r.rate:>5g} {r.requests:>5} {r.goodput:>8.2f} {r.tokens_per_s:>6.0f} {ms(r.ttft_p50)} "
             f"{ms(r.ttft_p90)} {ms(r.ttft_p99)} {ms(r.itl_p50)} {ms(r.itl_p99)} {r.errors:>6} {r.refused:>7.0%} "
-            f"{r.pool_hit:>8.0%} {r.local_hit:>9.0%} {r.handover:>8.0%} {r.cpu_us:>10.0f} {r.client_cpu:>6.0%} "
+            f"{r.pool_hit:>8.0%} {r.local_hit:>9.0%} {pct(r.handover):>8} {r.cpu_us:>10.0f} {r.client_cpu:>6.0%} "
             f"{r.sims_cpu:>5.0%} {r.late_p99 * 1e3:>7.0f} {r.load:>5.1f} {r.attempts:>5}"
             + (f"  ({r.first_error})" if r.first_error else "")
         )
@@ -923,6 +1015,13 @@ def parse_args() -> argparse.Namespace:
         help="vllm-router policies, POLICY or POLICY@N (with --max-concurrent-requests N); default: "
         f"{','.join(ROUTER_POLICIES)} and cache_aware@N, N = pd_aware's decode bound × the decode engines",
     )
+    parser.add_argument(
+        "--dynamo",
+        default="",
+        help="Dynamo 1.6.1 router modes to run as paths (e.g. kv: its KV router), comma-separated; each is a "
+        "frontend over its own disaggregated mocker workers calibrated to the sim engines (needs "
+        "scripts/install_dynamo.sh; the run moves into a loopback-only network namespace)",
+    )
     parser.add_argument("--ttft-slo", type=float, default=2.0, help="seconds")
     parser.add_argument("--itl-slo", type=float, default=0.1, help="seconds, a request's own ITL P99")
     parser.add_argument("--seed", type=int, default=1)
@@ -950,6 +1049,7 @@ def parse_args() -> argparse.Namespace:
         args.router_policies = ",".join((*ROUTER_POLICIES, f"cache_aware@{limit:g}"))
     args.router_policies = [p for p in args.router_policies.split(",") if p]
     args.rates = [float(rate) for rate in args.rates.split(",")]
+    args.dynamo = [mode for mode in args.dynamo.split(",") if mode]
     return args
 
 
@@ -979,6 +1079,8 @@ def run_rows(args: argparse.Namespace, scenario: Scenario, work: Path, store_con
 
 def main() -> None:
     args = parse_args()
+    if args.dynamo:
+        enter_loopback_namespace()
     scenario = make_scenario(args.scenario, args.engines)
     # a kill ends the run through the cleanup below (the engines, pool and router are stopped by pid)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
