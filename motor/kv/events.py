@@ -25,11 +25,12 @@ class EventDecodeError(ValueError):
     """The bytes are not a KV event message."""
 
 
-# Only the fields the index reads are decoded; msgspec skips the rest (parent hash, token ids, LoRA, ...) unread.
+# Only the fields the index reads are decoded; msgspec skips the rest (token ids, LoRA, ...) unread.
 class BlockStored(msgspec.Struct, tag=True, omit_defaults=True):
     block_hashes: list[int | bytes]
     block_size: int
     medium: str | None = None
+    parent_block_hash: int | bytes | None = None
 
 
 class BlockRemoved(msgspec.Struct, tag=True, omit_defaults=True):

@@ -2,7 +2,15 @@
 
 Blocks are keyed by their 64-bit event hash (motor.kv.block_hashes). A tier is where a block lives: `device`
 (the engine's own KV cache: vLLM's medium `GPU`, or none), `cpu` (`CPU`: an offload tier or the pool) or `disk`
-(`STORAGE`). `longest_prefixes(hashes, tier)` answers how many leading blocks of a prompt each instance holds.
+(`STORAGE`).
+
+Each instance has a slot while it holds blocks, and a set of instances is one integer with a bit per slot (-1:
+every instance, held or not); the lowest freed slot goes to the next new instance, so masks stay as wide as the
+instance count. Blocks are kept in runs: consecutive blocks of one hash chain held by the same instances (a
+prefix, a conversation's tail), one mask per run. A prompt's walk (`runs`) costs one lookup and one list
+comparison per run on its path, not one lookup per block, and what it answers is a few groups of instances
+(masks) that hold the same leading blocks, however many instances hold them. Runs are split where their holders
+start to differ and a chain one instance extends grows its own run.
 
 Each instance's events must arrive in sequence. `apply` takes a batch and says what it did with it:
 - `APPLIED`: the next batch in order (or the first batch seen from that instance);
@@ -15,7 +23,8 @@ BlockStored events with another block size than the index's are ignored and coun
 match a prompt's.
 """
 
-from collections.abc import Iterable, Sequence
+import heapq
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -24,6 +33,7 @@ from motor.kv.events import AllBlocksCleared, BlockRemoved, BlockStored, EventBa
 
 TIERS = ("device", "cpu", "disk")
 TIER_OF_MEDIUM = {None: "device", "GPU": "device", "NPU": "device", "CPU": "cpu", "STORAGE": "disk"}
+EVERY_INSTANCE = -1
 
 
 class Outcome(Enum):
@@ -45,18 +55,101 @@ class IndexStats:
     restarts: int = 0
 
 
+class _Run:
+    """Consecutive blocks of one chain, first block first, held by the instances of `mask`."""
+
+    __slots__ = ("blocks", "key", "mask")
+
+    def __init__(self, key: int, blocks: tuple[int, ...], mask: int) -> None:
+        self.key = key
+        self.blocks = blocks
+        self.mask = mask
+
+
+class _Tier:
+    """One tier's runs. Blocks map to their run's key, not to the run: dicts and tuples of ints only, which the
+    garbage collector does not track, so a million blocks add nothing to its passes."""
+
+    __slots__ = ("next_key", "runs", "where")
+
+    def __init__(self) -> None:
+        self.where: dict[int, int] = {}  # block -> its run's key
+        self.runs: dict[int, _Run] = {}
+        self.next_key = 0
+
+    def run_of(self, block: int) -> _Run | None:
+        key = self.where.get(block)
+        return None if key is None else self.runs[key]
+
+    def new_run(self, blocks: tuple[int, ...], mask: int) -> _Run:
+        run = self.runs[self.next_key] = _Run(self.next_key, blocks, mask)
+        self.next_key += 1
+        self.where.update(dict.fromkeys(blocks, run.key))
+        return run
+
+    def extend(self, run: _Run, blocks: tuple[int, ...]) -> None:
+        run.blocks += blocks
+        self.where.update(dict.fromkeys(blocks, run.key))
+
+    def forget(self, run: _Run) -> None:
+        del self.runs[run.key]
+        for block in run.blocks:
+            del self.where[block]
+
+    def carve(self, run: _Run, start: int, end: int) -> _Run:
+        """The run of `run.blocks[start:end]`, split off `run` if need be (the largest piece stays in `run`, so
+        that the fewest blocks move)."""
+        blocks = run.blocks
+        if start == 0 and end == len(blocks):
+            return run
+        pieces = [(lo, hi) for lo, hi in ((0, start), (start, end), (end, len(blocks))) if lo < hi]
+        largest = max(pieces, key=lambda piece: piece[1] - piece[0])
+        carved = run
+        for lo, hi in pieces:
+            if (lo, hi) != largest:
+                piece = self.new_run(blocks[lo:hi], run.mask)
+                if lo == start:
+                    carved = piece
+        run.blocks = blocks[largest[0] : largest[1]]
+        return carved
+
+
 def _key(block_hash: int | bytes) -> int:
     return event_hash(block_hash) if isinstance(block_hash, bytes) else block_hash
+
+
+def slots_of(mask: int) -> Iterator[int]:
+    """The slots whose bits are set in a (non-negative) mask, lowest first."""
+    while mask:
+        lowest = mask & -mask
+        yield lowest.bit_length() - 1
+        mask ^= lowest
+
+
+def _agreeing(a: tuple[int, ...], i: int, b: tuple[int, ...], j: int) -> int:
+    """How many items `a[i:]` and `b[j:]` have in common from their starts."""
+    length = min(len(a) - i, len(b) - j)
+    if a[i : i + length] == b[j : j + length]:
+        return length
+    return next(k for k in range(length) if a[i + k] != b[j + k])
+
+
+def _position(run: _Run, block: int) -> int:
+    return 0 if run.blocks[0] == block else run.blocks.index(block)
 
 
 class KvIndex:
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
         self.stats = IndexStats()
-        # tier -> block hash -> instances holding it; instance -> tier -> its blocks (for removal)
-        self._holders: dict[str, dict[int, set[str]]] = {tier: {} for tier in TIERS}
-        self._blocks: dict[str, dict[str, set[int]]] = {}
+        # tier -> its runs; instance -> tier -> its blocks (what it holds, for removals: ints only, see _Tier)
+        self._tiers = {tier: _Tier() for tier in TIERS}
+        self._blocks: dict[str, dict[str, dict[int, None]]] = {}
         self._next_sequence: dict[str, int] = {}
+        self.slots: dict[str, int] = {}  # instance -> its bit
+        self.names: list[str | None] = []  # bit -> instance (None: a free slot)
+        self.slot_version = 0  # counts the changes of `slots`
+        self._free_slots: list[int] = []
 
     def apply(self, instance: str, batch: EventBatch) -> Outcome:
         expected = self._next_sequence.get(instance)
@@ -80,9 +173,9 @@ class KvIndex:
             elif isinstance(event, BlockRemoved):
                 tier = self._tier(event.medium)
                 if tier is not None:
-                    self._remove(instance, tier, (_key(h) for h in event.block_hashes))
+                    self._remove(instance, tier, tuple(_key(h) for h in event.block_hashes))
             elif isinstance(event, AllBlocksCleared):
-                self._remove(instance, "device", list(self._instance_blocks(instance, "device")))
+                self._drop(instance, "device")
         return outcome
 
     def expected_sequence(self, instance: str) -> int | None:
@@ -94,46 +187,61 @@ class KvIndex:
         self.remove_instance(instance)
 
     def remove_instance(self, instance: str) -> None:
-        for tier, blocks in self._blocks.pop(instance, {}).items():
-            holders = self._holders[tier]
-            for block in blocks:
-                owners = holders.get(block)
-                if owners is not None:
-                    owners.discard(instance)
-                    if not owners:
-                        del holders[block]
+        for tier in TIERS:
+            self._drop(instance, tier)
+        self._blocks.pop(instance, None)
+        slot = self.slots.pop(instance, None)
+        if slot is not None:
+            self.names[slot] = None
+            heapq.heappush(self._free_slots, slot)
+            self.slot_version += 1
         self._next_sequence.pop(instance, None)
 
     def instances(self) -> set[str]:
         return set(self._next_sequence)
 
     def block_count(self, tier: str = "device") -> int:
-        return len(self._holders[tier])
+        return len(self._tiers[tier].where)
+
+    def held_blocks(self, instance: str, tier: str = "device") -> int:
+        return len(self._blocks.get(instance, {}).get(tier, ()))
+
+    def run_count(self, tier: str = "device") -> int:
+        return len(self._tiers[tier].runs)
+
+    def runs(self, hashes: Sequence[int], tier: str, start: int, members: int) -> list[tuple[int, int]]:
+        """Split the instances of `members` (a mask) by how far each holds `hashes[start:]` in `tier`, walking
+        from `start`: `[(end, mask)]`, ends ascending, each instance in exactly one mask (an `end` equal to `start`
+        holds not even `hashes[start]`). Instances outside the index stay in the first run."""
+        runs = self._tiers[tier]
+        hashes = tuple(hashes)
+        found: list[tuple[int, int]] = []
+        alive = members
+        end = start
+        while alive and end < len(hashes):
+            run = runs.run_of(hashes[end])
+            if run is None:
+                break
+            kept = alive & run.mask
+            if kept != alive:
+                found.append((end, alive ^ kept))
+                alive = kept
+            end += _agreeing(hashes, end, run.blocks, _position(run, hashes[end]))
+        if alive:
+            found.append((end, alive))
+        return found
 
     def longest_prefixes(self, hashes: Sequence[int], tier: str = "device") -> dict[str, int]:
         """instance -> how many of the leading `hashes` it holds in `tier` (instances holding none are absent)."""
-        holders = self._holders[tier]
-        matched: dict[str, int] = {}
-        alive: set[str] | None = None
-        for depth, block in enumerate(hashes, start=1):
-            owners = holders.get(block)
-            if not owners:
-                break
-            alive = set(owners) if alive is None else alive & owners
-            if not alive:
-                break
-            for instance in alive:
-                matched[instance] = depth
-        return matched
+        names = self.names
+        return {
+            names[slot]: end  # type: ignore[misc]
+            for end, members in self.runs(hashes, tier, 0, EVERY_INSTANCE)
+            if end
+            for slot in slots_of(members)
+        }
 
-    def continue_prefix(self, instance: str, hashes: Sequence[int], start: int, tier: str) -> int:
-        """How far `instance` holds `hashes` in `tier` going on from block `start` (returns `start` at least)."""
-        blocks = self._blocks.get(instance, {}).get(tier)
-        depth = start
-        if blocks:
-            while depth < len(hashes) and hashes[depth] in blocks:
-                depth += 1
-        return depth
+    # ---- changes ----------------------------------------------------------------------------------------------
 
     def _stored(self, instance: str, event: BlockStored) -> None:
         if event.block_size != self.block_size:
@@ -142,29 +250,83 @@ class KvIndex:
         tier = self._tier(event.medium)
         if tier is None:
             return
-        holders = self._holders[tier]
-        blocks = self._instance_blocks(instance, tier)
-        for block_hash in event.block_hashes:
-            block = _key(block_hash)
-            blocks.add(block)
-            holders.setdefault(block, set()).add(instance)
-        self.stats.blocks_stored += len(event.block_hashes)
+        bit = 1 << self._slot(instance)
+        held = self._blocks.setdefault(instance, {}).setdefault(tier, {})
+        runs = self._tiers[tier]
+        blocks = tuple(_key(h) for h in event.block_hashes)
+        before = None if event.parent_block_hash is None else _key(event.parent_block_hash)
+        i = 0
+        while i < len(blocks):
+            run = runs.run_of(blocks[i])
+            if run is None:  # blocks nobody holds: the instance's own run, or the end of its run before
+                j = i + 1
+                while j < len(blocks) and blocks[j] not in runs.where:
+                    j += 1
+                fresh = blocks[i:j]
+                run = runs.run_of(before) if before is not None else None
+                if run is not None and run.mask == bit and run.blocks[-1] == before:
+                    runs.extend(run, fresh)
+                else:
+                    runs.new_run(fresh, bit)
+                held.update(dict.fromkeys(fresh))
+                i = j
+            else:  # blocks someone holds: the instance joins their holders
+                at = _position(run, blocks[i])
+                length = _agreeing(blocks, i, run.blocks, at)
+                if not run.mask & bit:
+                    piece = runs.carve(run, at, at + length)
+                    piece.mask |= bit
+                    held.update(dict.fromkeys(piece.blocks))
+                i += length
+            before = blocks[i - 1]
+        self.stats.blocks_stored += len(blocks)
 
-    def _remove(self, instance: str, tier: str, blocks: Iterable[int]) -> None:
-        held = self._instance_blocks(instance, tier)
-        holders = self._holders[tier]
-        for block in blocks:
-            if block not in held:
+    def _remove(self, instance: str, tier: str, blocks: tuple[int, ...]) -> None:
+        held = self._blocks.get(instance, {}).get(tier)
+        if not held:
+            return
+        runs = self._tiers[tier]
+        i = 0
+        while i < len(blocks):
+            run = runs.run_of(blocks[i]) if blocks[i] in held else None
+            if run is None:
+                i += 1
                 continue
-            held.discard(block)
-            owners = holders[block]
-            owners.discard(instance)
-            if not owners:
-                del holders[block]
-            self.stats.blocks_removed += 1
+            at = _position(run, blocks[i])
+            length = _agreeing(blocks, i, run.blocks, at)
+            self._release(runs, runs.carve(run, at, at + length), instance, held)
+            i += length
 
-    def _instance_blocks(self, instance: str, tier: str) -> set[int]:
-        return self._blocks.setdefault(instance, {}).setdefault(tier, set())
+    def _drop(self, instance: str, tier: str) -> None:
+        """Everything `instance` holds in `tier`."""
+        held = self._blocks.get(instance, {}).get(tier)
+        if not held:
+            return
+        runs = self._tiers[tier]
+        for key in {runs.where[block] for block in held}:
+            self._release(runs, runs.runs[key], instance, held)
+
+    def _release(self, runs: _Tier, run: _Run, instance: str, held: dict[int, None]) -> None:
+        """`instance` no longer holds any block of `run`."""
+        run.mask &= ~(1 << self.slots[instance])
+        for block in run.blocks:
+            del held[block]
+        if not run.mask:
+            runs.forget(run)
+        self.stats.blocks_removed += len(run.blocks)
+
+    def _slot(self, instance: str) -> int:
+        slot = self.slots.get(instance)
+        if slot is None:
+            if self._free_slots:
+                slot = heapq.heappop(self._free_slots)
+                self.names[slot] = instance
+            else:
+                slot = len(self.names)
+                self.names.append(instance)
+            self.slots[instance] = slot
+            self.slot_version += 1
+        return slot
 
     def _tier(self, medium: str | None) -> str | None:
         tier = TIER_OF_MEDIUM.get(medium.upper() if medium else None)

@@ -61,7 +61,7 @@ def test_unified_cost_is_pymotors_formula() -> None:
 def test_unified_trades_cached_blocks_against_load() -> None:
     # e0 holds 8 of 10 blocks but carries 100 tokens; e1 is idle and holds nothing: 160-128+100 < 160 + 0
     endpoints = pool_of([100.0, 0.0])
-    matches = KvMatches({endpoints[0].key: TierBlocks(npu=8)})
+    matches = KvMatches.of_keys({endpoints[0].key: TierBlocks(npu=8)})
     scorer = KvAffinityScorer(FixedLocator(matches), KvAffinityWeights())
     scores = scorer.score(endpoints, demand())
     assert scores[0] > scores[1]
@@ -72,7 +72,7 @@ def test_unified_trades_cached_blocks_against_load() -> None:
 
 def test_load_gated_keeps_the_least_loaded_then_the_longest_match() -> None:
     endpoints = pool_of([0.0, 10.0, 500.0])
-    matches = KvMatches({endpoints[1].key: TierBlocks(npu=2), endpoints[2].key: TierBlocks(npu=9)})
+    matches = KvMatches.of_keys({endpoints[1].key: TierBlocks(npu=2), endpoints[2].key: TierBlocks(npu=9)})
     weights = KvAffinityWeights(mode="load_gated")
     options = PolicyOptions(kv_locator=FixedLocator(matches), kv_weights=weights)
     profile = build_profile("kv_cache_affinity", "prefill", options)
@@ -85,7 +85,7 @@ def test_load_gated_keeps_the_least_loaded_then_the_longest_match() -> None:
 
 def test_no_token_ids_or_too_little_matched_goes_by_load() -> None:
     endpoints = pool_of([50.0, 5.0])
-    matches = KvMatches({endpoints[0].key: TierBlocks(npu=1)})
+    matches = KvMatches.of_keys({endpoints[0].key: TierBlocks(npu=1)})
     for weights, request in (
         (KvAffinityWeights(), Demand(prompt_tokens=160, max_new_tokens=8, prompt_text="no ids")),
         (KvAffinityWeights(hit_rate_threshold=0.5), demand()),
@@ -102,7 +102,7 @@ def test_no_token_ids_or_too_little_matched_goes_by_load() -> None:
 def test_the_chosen_endpoint_is_charged_only_what_it_must_compute() -> None:
     scheduler = Scheduler("kv_cache_affinity", kv_locator=FixedLocator(None))
     targets = [make_target(i) for i in range(2)]
-    matches = KvMatches({targets[1].key: TierBlocks(npu=6)})
+    matches = KvMatches.of_keys({targets[1].key: TierBlocks(npu=6)})
     scheduler.options.kv_locator.matches = matches  # type: ignore[union-attr]
     scheduler.set_targets(targets)
     request = demand()
@@ -126,8 +126,8 @@ def test_locator_counts_tiers_exclusively_and_the_pool_for_everyone() -> None:
     request = Demand(prompt_tokens=len(ids), max_new_tokens=1, prompt_token_ids=ids, pool_blocks=4)
     found = locator.locate(request)
     assert found is not None
-    assert found.by_key["a"] == TierBlocks(npu=3, cpu=3)  # its CPU tier continues past the pool's 4
-    assert found.by_key["b"] == TierBlocks(npu=1, cpu=3)  # its own block, then the pool's
+    assert found.blocks_of("a") == TierBlocks(npu=3, cpu=3)  # its CPU tier continues past the pool's 4
+    assert found.blocks_of("b") == TierBlocks(npu=1, cpu=3)  # its own block, then the pool's
     assert found.default == TierBlocks(cpu=4)  # any other engine loads the pool's 4 blocks
 
 
@@ -140,7 +140,7 @@ def test_compiled_decider_matches_the_generic_one(mode: str) -> None:
         for endpoint in endpoints:
             endpoint.last_pick = rng.randint(-20, 20)
         named = rng.sample(endpoints, rng.randint(0, n))
-        matches = KvMatches(
+        matches = KvMatches.of_keys(
             {e.key: TierBlocks(npu=rng.randint(0, 10), cpu=rng.randint(0, 3)) for e in named},
             TierBlocks(cpu=rng.randint(0, 1)),
         )
@@ -155,3 +155,62 @@ def test_compiled_decider_matches_the_generic_one(mode: str) -> None:
         exclude = frozenset(e.instance_id for e in rng.sample(endpoints, rng.randint(0, n - 1)))
         request, twin = demand(), demand()
         assert fast.decide(request, exclude) is GenericDecider(profile, pool).decide(twin, exclude)
+
+
+def test_compiled_decider_matches_the_generic_one_on_a_real_index_as_loads_move() -> None:
+    # 40 endpoints, prefixes held by up to 30 of them (groups far larger than a few members), their own tails,
+    # loads changing through the heap as the scheduler changes them, instances leaving and coming back
+    rng = random.Random(11)
+    index = KvIndex(BLOCK)
+    endpoints = pool_of([float(rng.choice([0, 0, 5, 40, 300, 2000])) for _ in range(40)])
+    prefixes = [[rng.getrandbits(64) for _ in range(rng.randint(2, 12))] for _ in range(4)]
+    tails: dict[str, list[list[int]]] = {}
+    sequence = dict.fromkeys((e.key for e in endpoints), 0)
+
+    def store(key: str, blocks: list[int], parent: int | None) -> None:
+        event = BlockStored(block_hashes=blocks, block_size=BLOCK, parent_block_hash=parent)  # type: ignore[call-arg]
+        index.apply(key, EventBatch(sequence[key], 0.0, [event], None, 0))
+        sequence[key] += 1
+
+    def fill(endpoint: EndpointLoad) -> None:
+        for prefix in rng.sample(prefixes, rng.randint(0, 3)):
+            store(endpoint.key, prefix, None)
+            tail = [rng.getrandbits(64) for _ in range(rng.randint(1, 4))]
+            store(endpoint.key, tail, prefix[-1])
+            tails.setdefault(endpoint.key, []).append(prefix + tail)
+
+    for endpoint in endpoints:
+        fill(endpoint)
+    options = PolicyOptions(
+        kv_locator=KvLocatorFromIndex(index, BlockHasher(BLOCK)), kv_weights=KvAffinityWeights()
+    )
+    profile = build_profile("kv_cache_affinity", "prefill", options)
+    pool = Pool(endpoints)
+    fast = compile_profile(profile, pool)
+    assert isinstance(fast, KvAffinityDecider)
+    generic = GenericDecider(profile, pool)
+    for step in range(400):
+        roll = rng.random()
+        if roll < 0.5:
+            prompt = rng.choice(rng.choice(list(tails.values())))[: rng.randint(1, 16)]
+        elif roll < 0.9:
+            prompt = [*rng.choice(prefixes), rng.getrandbits(64)]
+        else:
+            prompt = [rng.getrandbits(64)]
+        exclude = frozenset(e.instance_id for e in rng.sample(endpoints, rng.choice([0, 0, 1, 5])))
+        request, twin = demand(len(prompt) * BLOCK), demand(len(prompt) * BLOCK)
+        request.kv_hashes, twin.kv_hashes = prompt, list(prompt)
+        chosen = fast.decide(request, exclude)
+        assert chosen is generic.decide(twin, exclude), step
+        for endpoint in rng.sample(endpoints, 3):  # loads move as legs come and go, the heap told each time
+            endpoint.tokens = max(0.0, endpoint.tokens + rng.choice([-500, -50, 50, 500, 3000]))
+            fast.heap.update(endpoint)  # type: ignore[union-attr]
+        if step % 50 == 49:  # two instances leave the index and come back the other way round: slots swap
+            gone = rng.sample(endpoints, 2)
+            for endpoint in gone:
+                index.remove_instance(endpoint.key)
+                sequence[endpoint.key] = 0
+                tails.pop(endpoint.key, None)
+            for endpoint in reversed(gone):
+                while endpoint.key not in tails:
+                    fill(endpoint)

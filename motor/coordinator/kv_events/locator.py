@@ -1,15 +1,19 @@
 """Where a prompt's blocks are, per endpoint and tier, from the KV index and what the pool said of the prompt.
 
 Exclusive counts as pyMotor's conductor gives them: `npu` = the leading blocks in the engine's own cache; `cpu` =
-how far the prompt continues from there in the engine's CPU tier or the shared pool (walking from the root too,
-keeping the farther end); `disk` likewise on a disk tier. Endpoints that hold nothing of their own share the
-`default` match: the pool's leading blocks, which every prefill engine can load.
+how far the prompt continues from there (or from the pool's leading blocks, when they reach farther) in the
+engine's CPU tier or the shared pool; `disk` likewise on a disk tier. Endpoints that hold nothing of their own
+share the `default` match: the pool's leading blocks, which every prefill engine can load.
+
+The index's walk (`KvIndex.runs`) splits the endpoints into groups that hold the same: first by their own cache,
+then each group by its CPU tier, then by disk, so the answer has one group per distinct count, not one entry per
+endpoint.
 """
 
 from motor.coordinator.scheduling.demand import Demand
-from motor.coordinator.scheduling.kv_matches import NO_BLOCKS, KvMatches, TierBlocks
+from motor.coordinator.scheduling.kv_matches import NO_BLOCKS, KvGroup, KvMatches, TierBlocks
 from motor.kv.block_hashes import BlockHasher
-from motor.kv.index import KvIndex
+from motor.kv.index import EVERY_INSTANCE, KvIndex
 
 
 class KvLocatorFromIndex:
@@ -26,22 +30,20 @@ class KvLocatorFromIndex:
         return demand.kv_hashes
 
     def locate(self, demand: Demand) -> KvMatches | None:
-        hashes = self.block_hashes(demand)
-        if hashes is None:
+        found = self.block_hashes(demand)
+        if found is None:
             return None
-        if not hashes:
-            return KvMatches({})
+        hashes = tuple(found)  # the index's walks compare it with its runs' tuples
         index = self.index
         pool = min(demand.pool_blocks or 0, len(hashes))
-        device = index.longest_prefixes(hashes, "device")
-        cpu_root = index.longest_prefixes(hashes, "cpu")
-        disk_root = index.longest_prefixes(hashes, "disk")
-        by_key: dict[str, TierBlocks] = {}
-        for key in device.keys() | cpu_root.keys() | disk_root.keys():
-            npu_end = device.get(key, 0)
-            cpu_end = max(npu_end, pool, cpu_root.get(key, 0))
-            cpu_end = index.continue_prefix(key, hashes, cpu_end, "cpu")
-            disk_end = max(cpu_end, disk_root.get(key, 0))
-            disk_end = index.continue_prefix(key, hashes, disk_end, "disk")
-            by_key[key] = TierBlocks(npu_end, cpu_end - npu_end, disk_end - cpu_end)
-        return KvMatches(by_key, TierBlocks(cpu=pool) if pool else NO_BLOCKS)
+        default = TierBlocks(cpu=pool) if pool else NO_BLOCKS
+        groups: list[KvGroup] = []
+        for npu_end, own in index.runs(hashes, "device", 0, EVERY_INSTANCE):
+            for cpu_end, offloaded in index.runs(hashes, "cpu", max(npu_end, pool), own):
+                for disk_end, members in index.runs(hashes, "disk", cpu_end, offloaded):
+                    blocks = TierBlocks(npu_end, cpu_end - npu_end, disk_end - cpu_end)
+                    if members < 0:  # everyone the index names nowhere here: what the pool gives all
+                        default = blocks
+                    else:
+                        groups.append(KvGroup(blocks, members))
+        return KvMatches(tuple(groups), index.slots, index.names, default, index.slot_version)

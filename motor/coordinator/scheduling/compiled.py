@@ -7,9 +7,11 @@
   outscores every other, so the winner is the least loaded preferred endpoint that passes the filters, else the
   heap's head; only the few preferred endpoints are looked at. O(log n) per decision with the heap's upkeep.
 - `CursorDecider`: round robin with per-endpoint filters: walk from the cursor, filtering lazily.
-- `KvAffinityDecider`: kv_cache_affinity (`kv_affinity.py`). Endpoints the locator does not name hold what every
-  endpoint holds and differ only by load, so the least loaded of them stands for all of them (unified); load_gated
-  scores the `load_gate_topn` heads of the heap. O(k + log n) for k endpoints named by the locator.
+- `KvAffinityDecider`: kv_cache_affinity (`kv_affinity.py`). Endpoints that hold the same blocks of the prompt
+  differ only by load, so the least loaded of each group stands for it: the heap's head for those the locator
+  does not name, and for each group it names its least loaded member, found through the pool's load bands
+  (`load_bands.py`) without looking at every member (unified); load_gated scores the `load_gate_topn` heads of
+  the heap. O(g·b) mask operations for g groups and b load bands, plus the members in one band per group.
 - `GenericDecider`: every filter, scorer and the picker over the whole pool, O(n) per scorer; any profile
   the others cannot run, and the reference the other two are tested against.
 """
@@ -21,6 +23,7 @@ from motor.coordinator.scheduling.filters import ExcludedFilter
 from motor.coordinator.scheduling.heap import LoadHeap
 from motor.coordinator.scheduling.kv_affinity import KvAffinityScorer, LeastLoadedFilter
 from motor.coordinator.scheduling.load import EndpointLoad, Pool
+from motor.coordinator.scheduling.load_bands import BandedLoadHeap, LoadBands
 from motor.coordinator.scheduling.pickers import MaxScorePicker, RoundRobinPicker
 from motor.coordinator.scheduling.plugins import Exclusions, LoadBoundFilter, PointFilter
 from motor.coordinator.scheduling.profiles import SchedulingProfile
@@ -93,26 +96,29 @@ class HeapDecider(Decider):
 class KvAffinityDecider(Decider):
     def __init__(self, profile: SchedulingProfile, pool: Pool) -> None:
         super().__init__(profile, pool)
-        self.heap = LoadHeap(pool.endpoints)
+        self.bands = LoadBands()
+        self.heap = BandedLoadHeap(pool.endpoints, self.bands)
         self.scorer: KvAffinityScorer = profile.scorers[0][0]  # type: ignore[assignment]
 
     def decide(self, demand: Demand, exclude: Exclusions) -> EndpointLoad | None:
         scorer = self.scorer
+        heap: LoadHeap = self.heap  # type: ignore[assignment]
         if scorer.weights.mode == "load_gated":
-            gate = self.heap.smallest(  # type: ignore[union-attr]
-                scorer.weights.gate_topn, exclude
-            )
+            gate = heap.smallest(scorer.weights.gate_topn, exclude)
             return _best(gate, scorer.score(gate, demand)) if gate else None
-        least = self.heap.smallest_excluding(exclude)  # type: ignore[union-attr]
+        least = heap.smallest_excluding(exclude)
         matches = scorer.matches(demand)
-        if least is None or matches is None or not matches.by_key:
+        if least is None or matches is None or not matches.groups:
             return least
-        by_key = self.pool.by_key
+        bands = self.bands
+        if not bands.current(matches.slots, matches.slot_version):
+            bands.rebuild(self.pool.endpoints, matches.slots, matches.slot_version)
+        # Within a group the cost differs only by load: its least loaded member stands for it.
         candidates = [least]
-        for key in matches.by_key:
-            endpoint = by_key.get(key)
-            if endpoint is not None and endpoint is not least and endpoint.instance_id not in exclude:
-                candidates.append(endpoint)
+        for group in matches.groups:
+            member = bands.least_loaded(group.members, exclude)
+            if member is not None:
+                candidates.append(member)
         return _best(candidates, scorer.score(candidates, demand))
 
 

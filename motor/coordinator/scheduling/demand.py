@@ -16,7 +16,7 @@ class Demand:
     prompt_token_ids: list[int] | None = None
     pool_hit_tokens: int | None = None  # set by `PoolHits` when the prefill leg is placed
     # kv_cache_affinity: the pool's leading blocks (asked before the prefill pick), the engine-form block hashes,
-    # and the locator's answer (False: none usable, the leg goes by load)
+    # and the locator's answer within one pick (False: none usable, the leg goes by load)
     pool_blocks: int | None = None
     kv_hashes: list[int] | None = field(default=None, repr=False)
     kv_matches: KvMatches | bool | None = field(default=None, repr=False)

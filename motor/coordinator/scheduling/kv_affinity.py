@@ -65,7 +65,8 @@ class KvAffinityScorer(Scorer, PickObserver):
         self.weights = weights
 
     def matches(self, demand: Demand) -> KvMatches | None:
-        """The locator's answer, or None when the leg goes by load (no answer, or too little matched)."""
+        """The locator's answer, or None when the leg goes by load (no answer, or too little matched); asked once
+        per pick (`Scheduler.pick` clears it)."""
         if demand.kv_matches is None:
             found = self.locator.locate(demand)
             demand.kv_matches = found if found is not None and self._worth_it(found, demand) else False
@@ -87,22 +88,21 @@ class KvAffinityScorer(Scorer, PickObserver):
         if matches is None:
             return [_load_score(endpoint) for endpoint in candidates]
         isl = demand.prompt_tokens
-        by_key, default = matches.by_key, matches.default
         if self.weights.mode == "load_gated":
             return [
-                (self.matched_tokens(by_key.get(e.key, default), isl) + _load_score(e)) / (isl + 1)
+                (self.matched_tokens(matches.blocks_of(e.key), isl) + _load_score(e)) / (isl + 1)
                 for e in candidates
             ]
         half = COST_HALF_SCORE_TOKENS
         return [
-            half / (half + self.cost(e, self.matched_tokens(by_key.get(e.key, default), isl), isl))
+            half / (half + self.cost(e, self.matched_tokens(matches.blocks_of(e.key), isl), isl))
             for e in candidates
         ]
 
     def picked(self, endpoint: EndpointLoad, demand: Demand) -> None:
         matches = self.matches(demand)
         if matches is not None and demand.pool_hit_tokens is None:  # a retry keeps the first figure
-            blocks = matches.by_key.get(endpoint.key, matches.default)
+            blocks = matches.blocks_of(endpoint.key)
             demand.pool_hit_tokens = self.matched_tokens(blocks, demand.prompt_tokens)
 
     def _worth_it(self, matches: KvMatches, demand: Demand) -> bool:
@@ -111,7 +111,7 @@ class KvAffinityScorer(Scorer, PickObserver):
             return True
         isl = max(1, demand.prompt_tokens)
         best = max(
-            (self.matched_tokens(blocks, isl) for blocks in (*matches.by_key.values(), matches.default)),
+            (self.matched_tokens(b, isl) for b in (*(g.blocks for g in matches.groups), matches.default)),
             default=0,
         )
         return best / isl > threshold

@@ -1,6 +1,13 @@
-"""How many leading blocks of one prompt each endpoint holds, per tier (exclusive counts): what a KV locator answers
-and a demand keeps for its retries."""
+"""How many leading blocks of one prompt each endpoint holds, per tier (exclusive counts): what a KV locator
+answers for one pick.
 
+Endpoints that hold the same are one group, its members a bit mask over the locator's slots (motor.kv.index), so
+that a prefix held by hundreds of endpoints stays one number: the compiled decider looks for the least loaded
+member of each group, never at every member. `slots` and `keys` may be the index's live tables: an answer is
+read within the pick that asked for it; `slot_version` says when the same `slots` gave bits out anew.
+"""
+
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -15,8 +22,32 @@ NO_BLOCKS = TierBlocks()
 
 
 @dataclass(frozen=True, slots=True)
-class KvMatches:
-    """`by_key` per endpoint key; `default` for every endpoint not in it (what the pool holds for all)."""
+class KvGroup:
+    blocks: TierBlocks
+    members: int  # bit i set: the endpoint in slot i holds `blocks`
 
-    by_key: dict[str, TierBlocks]
+
+@dataclass(frozen=True, slots=True)
+class KvMatches:
+    """`groups` of endpoints holding more than `default`, which every other endpoint holds (the pool's blocks)."""
+
+    groups: tuple[KvGroup, ...]
+    slots: Mapping[str, int]  # endpoint key -> its bit in the groups' masks
+    keys: Sequence[str | None]  # bit -> endpoint key
     default: TierBlocks = NO_BLOCKS
+    slot_version: int = 0  # changes whenever `slots` gives a bit to another key
+
+    @classmethod
+    def of_keys(cls, by_key: Mapping[str, TierBlocks], default: TierBlocks = NO_BLOCKS) -> "KvMatches":
+        """One group per endpoint key (for locators that answer per endpoint; the slots are new each time)."""
+        keys = list(by_key)
+        groups = tuple(KvGroup(blocks, 1 << slot) for slot, blocks in enumerate(by_key.values()))
+        return cls(groups, {key: slot for slot, key in enumerate(keys)}, keys, default)
+
+    def blocks_of(self, key: str) -> TierBlocks:
+        slot = self.slots.get(key)
+        if slot is not None:
+            for group in self.groups:
+                if group.members >> slot & 1:
+                    return group.blocks
+        return self.default

@@ -147,6 +147,7 @@ class Scheduler:
 
     def pick(self, role: InstanceRole, demand: Demand, exclude: Exclusions = frozenset()) -> Target | None:
         pool = self._pools[role]
+        demand.kv_matches = None  # a pick (a retry too) asks the KV locator afresh: the index moved on
         chosen = None
         if self._degraded and (avoided := self._avoided(role)):
             chosen = pool.decider.decide(demand, exclude | avoided)
