@@ -52,3 +52,37 @@ def test_pool_families_only_with_a_pool_link() -> None:
     assert samples["motor_sim_kv_pool_outages_total"] == 1.0
     assert samples["motor_sim_kv_pool_down_seconds_total"] == 2.5
     assert samples["motor_sim_kv_pool_unavailable_total"] == 4.0
+
+
+def test_tokens_per_finished_request_are_histograms_as_in_vllm() -> None:
+    metrics = EngineMetrics()
+    for tokens in (1, 60, 60, 300):
+        metrics.request_generation_tokens.observe(tokens)
+    metrics.request_prefill_kv_computed_tokens.observe(500)
+    families = {family.name: family for family in text_string_to_metric_families(exposition(metrics))}
+    generation = {
+        s.name: s for s in families["vllm:request_generation_tokens"].samples if "le" not in s.labels
+    }
+    assert generation["vllm:request_generation_tokens_count"].value == 4
+    assert generation["vllm:request_generation_tokens_sum"].value == 421
+    buckets = {
+        s.labels["le"]: s.value
+        for s in families["vllm:request_generation_tokens"].samples
+        if "le" in s.labels
+    }
+    assert (buckets["1.0"], buckets["50.0"], buckets["100.0"], buckets["+Inf"]) == (1, 1, 3, 4)
+    computed = families["vllm:request_prefill_kv_computed_tokens"].samples
+    assert [s.value for s in computed if s.name.endswith("_sum")] == [500.0]
+
+
+def test_steps_count_their_tokens_and_each_output_token_the_steps_time() -> None:
+    metrics = EngineMetrics()
+    metrics.iteration_tokens.observe(12)
+    metrics.inter_token_latency.observe(0.02, count=10)
+    families = {family.name: family for family in text_string_to_metric_families(exposition(metrics))}
+    itl = {
+        s.name: s.value for s in families["vllm:inter_token_latency_seconds"].samples if "le" not in s.labels
+    }
+    assert itl == {"vllm:inter_token_latency_seconds_count": 10, "vllm:inter_token_latency_seconds_sum": 0.2}
+    steps = {s.name: s.value for s in families["vllm:iteration_tokens_total"].samples if "le" not in s.labels}
+    assert steps == {"vllm:iteration_tokens_total_count": 1, "vllm:iteration_tokens_total_sum": 12}

@@ -29,7 +29,7 @@ from motor.engine.sim.metrics import EngineMetrics
 from motor.engine.sim.prefix_cache import HeldBlock, PrefixCache
 from motor.engine.sim.sampling import output_token
 from motor.engine.sim.step_loop import StepLoop
-from motor.engine.sim.step_scheduler import ScheduledSequence, StepScheduler
+from motor.engine.sim.step_scheduler import ScheduledSequence, Step, StepScheduler
 from motor.engine.sim.transfer import (
     RemoteKvLocator,
     TransferRequest,
@@ -104,7 +104,14 @@ class SimEngine:
                 block_size=config.block_size,
                 max_num_seqs=config.max_batch,
             )
-            self._steps = StepLoop(scheduler, slowdown=self._slowdown)
+            self._steps = StepLoop(scheduler, slowdown=self._slowdown, on_step=self._count_step)
+
+    def _count_step(self, step: Step, seconds: float) -> None:
+        """As vLLM counts an engine step: its tokens, and its time once per output token of a running sequence."""
+        metrics = self._metrics
+        metrics.iteration_tokens.observe(sum(chunk for _, chunk in step.prefill) + len(step.decode))
+        if step.decode:
+            metrics.inter_token_latency.observe(seconds, count=len(step.decode))
 
     @property
     def num_running(self) -> int:
@@ -398,7 +405,12 @@ class SimEngine:
             finish = "length"
         if finish is not None:
             seq.finish_reason = finish
-            self._metrics.finished[finish] += 1
+            metrics = self._metrics
+            metrics.finished[finish] += 1
+            metrics.request_generation_tokens.observe(len(seq.output_token_ids))
+            metrics.request_prefill_kv_computed_tokens.observe(
+                len(request.prompt_token_ids) - seq.cached_tokens
+            )
         return token, finish
 
     def _slowdown(self) -> float:

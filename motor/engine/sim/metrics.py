@@ -4,10 +4,11 @@ encoder-output paths.
 The engine counts into `EngineMetrics` (plain integers, no lock: one event loop); `EngineCollector` turns those
 counts and the engine's live figures into metric families at scrape time."""
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 TOKEN_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
@@ -43,6 +44,71 @@ class EngineLoad:
     preemptions: int
 
 
+# vLLM's buckets: per-request token counts (1-2-5), tokens per engine step, seconds between output tokens
+TOKEN_BUCKETS = tuple(float(m * 10**e) for e in range(6) for m in (1, 2, 5))
+ITERATION_TOKEN_BUCKETS = (
+    1.0,
+    8.0,
+    16.0,
+    32.0,
+    64.0,
+    128.0,
+    256.0,
+    512.0,
+    1024.0,
+    2048.0,
+    4096.0,
+    8192.0,
+    16384.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+
+
+@dataclass
+class Histogram:
+    """Observations bucketed as vLLM buckets them (`bounds`; the last bucket is +Inf)."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.counts = self.counts or [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float, count: int = 1) -> None:
+        self.counts[bisect_left(self.bounds, value)] += count
+        self.total += value * count
+
+    def family(self, name: str, documentation: str, label_values: list[str]) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(name, documentation, labels=list(ENGINE_LABELS))
+        cumulative, buckets = 0, []
+        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            cumulative += count
+            buckets.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
+        family.add_metric(label_values, buckets, sum_value=self.total)
+        return family
+
+
 @dataclass
 class EngineMetrics:
     prompt_tokens: int = 0
@@ -56,6 +122,12 @@ class EngineMetrics:
     external_prefix_cache_queries: int = 0
     external_prefix_cache_hits: int = 0
     finished: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINISH_REASONS, 0))
+    # per request that finished with stop or length: the output tokens, the prompt tokens it computed
+    request_generation_tokens: Histogram = field(default_factory=lambda: Histogram(TOKEN_BUCKETS))
+    request_prefill_kv_computed_tokens: Histogram = field(default_factory=lambda: Histogram(TOKEN_BUCKETS))
+    # the capacity model's steps: tokens per step, and per output token of a running sequence the step's time
+    iteration_tokens: Histogram = field(default_factory=lambda: Histogram(ITERATION_TOKEN_BUCKETS))
+    inter_token_latency: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
     kv_blocks_written: int = 0
     kv_blocks_fetched: int = 0
     kv_put_failures: int = 0
@@ -145,6 +217,20 @@ class EngineCollector(Collector):
             "Count of finished requests by finish reason.",
             "finished_reason",
             counts.finished,
+        )
+        yield counts.request_generation_tokens.family(
+            "vllm:request_generation_tokens", "Number of generation tokens processed.", self._labels
+        )
+        yield counts.request_prefill_kv_computed_tokens.family(
+            "vllm:request_prefill_kv_computed_tokens",
+            "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+            self._labels,
+        )
+        yield counts.iteration_tokens.family(
+            "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", self._labels
+        )
+        yield counts.inter_token_latency.family(
+            "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", self._labels
         )
         yield self._counter(
             "motor_sim_kv_blocks_written", "KV blocks written to the pool.", counts.kv_blocks_written

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 
 from motor.engine.sim.errors import SimError
-from motor.engine.sim.step_scheduler import ScheduledSequence, StepScheduler
+from motor.engine.sim.step_scheduler import ScheduledSequence, Step, StepScheduler
 
 log = logging.getLogger(__name__)
 
@@ -19,9 +19,18 @@ MAX_LAG_S = 0.05
 
 
 class StepLoop:
-    def __init__(self, scheduler: StepScheduler, *, slowdown: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        scheduler: StepScheduler,
+        *,
+        slowdown: Callable[[], float],
+        on_step: Callable[[Step, float], None] | None = None,
+    ) -> None:
+        """`on_step(step, seconds)` hears of every completed step and the seconds it really took (a late loop
+        makes steps longer than modelled, as clients see them)."""
         self.scheduler = scheduler
         self._slowdown = slowdown
+        self._on_step = on_step
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Future[None] | None = None
 
@@ -58,10 +67,13 @@ class StepLoop:
                 await self._idle(self.scheduler.next_ready_at())
                 start = loop.time()
                 continue
+            began = loop.time()
             end = start + step.seconds
             # sleep(0) still yields: a zero-cost model must not starve the requests it serves.
             await asyncio.sleep(max(end - loop.time(), 0.0))
             self.scheduler.complete(step)
+            if self._on_step is not None:
+                self._on_step(step, loop.time() - began)
             start = max(end, loop.time() - MAX_LAG_S)
 
     async def _idle(self, wake_at: float | None) -> None:
