@@ -31,8 +31,8 @@ class PlannerBounds(BaseModel):
 
     minimum: dict[PlannedRole, int]
     maximum: dict[PlannedRole, int]
-    max_instances: int | None
-    max_accelerators: int | None
+    max_instances: int | None = None
+    max_accelerators: int | None = None
     accelerators: dict[PlannedRole, int]
 
     def cost(self, counts: dict[PlannedRole, int]) -> int:

@@ -47,6 +47,7 @@ ENDPOINTS_BY_KIND: dict[ComponentKind, tuple[tuple[str, str], ...]] = {
     "kv_pool": (("motor-kv-pool", "metrics"),),
     "controller": (("motor-controller", "api"),),
     "coordinator": (("motor-coordinator", "mgmt"),),
+    "planner": (("motor-planner", "api"),),
     "node_manager": (("motor-engine", "engine"), ("motor-node-manager", "nm")),
 }
 

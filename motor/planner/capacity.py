@@ -5,9 +5,13 @@ computed throughout), the median over the window; before any such interval, the 
 per instance (prompt tokens computed per second of each prefill leg, queue included), the median over the
 prefill instances.
 
-Decode: a decode step advances every running sequence by one token, so over an interval an engine's mean batch
-B̄ and its output tokens give its step time (= the ITL): step = B̄ × seconds / tokens. Across instances and
-intervals the step grows with the batch; a least-squares line step = a + b·B through those points gives the
+Decode: a decode step advances every running sequence by one token. Over an interval an engine's step
+histograms (vLLM's `iteration_tokens_total` and `inter_token_latency_seconds`, which the simulator serves too)
+give its mean batch (output tokens of running sequences per step) and its step time (their mean ITL); without
+them, its mean batch B̄ (the running gauge at both ends) and its output tokens do: step = B̄ × seconds / tokens,
+noisier when sequences come and go within the interval. Across instances and
+intervals the step grows with the batch; a least-squares line step = a + b·B through those points (each
+weighted by the tokens it covers: a busy interval says more than a sparse one) gives the
 largest batch within the ITL objective, B = (ITL − a) / b, further bounded by the KV blocks: an engine holding
 B̄ sequences at KV usage u holds B̄ / u at most (`KV_HEADROOM` of that is planned). With the batches all alike
 the line cannot be drawn, and the step is taken as proportional to the batch (a = 0), which underestimates the
@@ -32,6 +36,7 @@ class DecodeSample:
     batch: float  # mean sequences running
     step_s: float  # seconds per step
     kv_usage: float  # mean share of the KV blocks held
+    tokens: float = 1.0  # output tokens in the interval: its weight in the fit
 
 
 @dataclass(frozen=True)
@@ -76,10 +81,11 @@ def _step_line(points: Sequence[DecodeSample]) -> tuple[float, float, bool]:
     """(a, b, fitted) of step = a + b·batch."""
     batches = [s.batch for s in points]
     if len(points) >= MIN_POINTS and max(batches) - min(batches) >= MIN_SPREAD:
-        mean_batch = statistics.fmean(batches)
-        mean_step = statistics.fmean(s.step_s for s in points)
-        spread = sum((b - mean_batch) ** 2 for b in batches)
-        slope = sum((s.batch - mean_batch) * (s.step_s - mean_step) for s in points) / spread
+        weights = [s.tokens for s in points]
+        mean_batch = statistics.fmean(batches, weights)
+        mean_step = statistics.fmean([s.step_s for s in points], weights)
+        spread = sum(w * (b - mean_batch) ** 2 for w, b in zip(weights, batches, strict=True))
+        slope = sum(s.tokens * (s.batch - mean_batch) * (s.step_s - mean_step) for s in points) / spread
         intercept = mean_step - slope * mean_batch
         if slope > 0:
             return max(intercept, 0.0), slope, True

@@ -33,6 +33,7 @@ from motor.config.models import PlannerConfig
 from motor.config.planner import PLANNED_ROLES, PlannedRole, PlannerBounds
 
 DecisionKind = Literal["hold", "scale", "convert"]
+DECISION_KINDS: tuple[DecisionKind, ...] = ("hold", "scale", "convert")
 Counts = dict[PlannedRole, int]
 IDLE_RATE = 1e-3  # requests/s below which nothing arrives
 MINUTE_S = 60.0

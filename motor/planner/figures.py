@@ -1,11 +1,15 @@
 """The figures of a window of readings (pure): what the decision reads (motor.planner.decide.Figures).
 
+The traffic is measured over the decision's window, the capacities over all the readings the planner keeps.
 Counters are summed over consecutive readings of the same instance (an instance that came or went mid-window
 counts while it was there; a counter that went down, an engine restarted, is skipped for that interval):
 
 - arrivals/s: requests the coordinator answered plus the change of those in flight, over the window;
-- prompt tokens per request: what the prefill engines computed / the requests they finished;
-- output tokens per request: what the decode engines generated / the requests they finished;
+- prompt tokens per request: what the prefill engines computed for the requests they finished (vLLM's
+  `request_prefill_kv_computed_tokens` histogram), else what they computed / the requests they finished;
+- output tokens per request: what the decode engines generated for the requests they finished
+  (`request_generation_tokens`), else what they generated / the requests they finished (noisier: tokens of
+  requests still running count, while only finished requests do);
 - capacities: motor.planner.capacity, from the same intervals;
 - what waits now, at the last reading: the prompt tokens the prefill engines still have to compute (the
   simulator exports it; for vLLM, waiting requests × prompt tokens per request) and the sequences decoding or
@@ -13,6 +17,7 @@ counts while it was there; a counter that went down, an engine restarted, is ski
 """
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,6 +33,20 @@ class _Totals:
     prefill_finished: float = 0.0
     generated: float = 0.0
     decode_finished: float = 0.0
+    computed_sum: float = 0.0  # of the histograms: tokens of the requests finished, and how many
+    computed_count: float = 0.0
+    output_sum: float = 0.0
+    output_count: float = 0.0
+
+    def prompt_tokens(self) -> float | None:
+        return _ratio(self.computed_sum, self.computed_count) or _ratio(self.computed, self.prefill_finished)
+
+    def output_tokens(self) -> float | None:
+        return _ratio(self.output_sum, self.output_count) or _ratio(self.generated, self.decode_finished)
+
+
+def _ratio(part: float, whole: float) -> float | None:
+    return part / whole if whole > 0 else None
 
 
 def window_figures(
@@ -36,10 +55,14 @@ def window_figures(
     counts: dict[PlannedRole, int],
     active: dict[PlannedRole, int],
     changing: str | None = None,
+    window_s: float = math.inf,
 ) -> Figures:
-    """The figures of `readings` (oldest first) for a job running `counts` (`active` of them routable)."""
+    """The figures of `readings` (oldest first) for a job running `counts` (`active` of them routable): the
+    traffic over the last `window_s` of them, the capacities over all of them (a capacity belongs to the
+    engines, not to the traffic of the moment: a longer history holds more batch sizes to fit the step on)."""
     if len(readings) < 2:
         return Figures(counts=counts, active=active, changing=changing)
+    since = readings[-1].at - window_s
     totals = _Totals()
     busy_rates: list[float] = []
     decode_samples: list[DecodeSample] = []
@@ -53,20 +76,27 @@ def window_figures(
                 continue
             if now.role == "prefill":
                 computed = now.prompt_computed - then.prompt_computed
-                totals.computed += computed
-                totals.prefill_finished += now.finished - then.finished
                 if computed > 0 and _queued(then) and _queued(now):
                     busy_rates.append(computed / seconds)
+                if before.at < since:
+                    continue
+                totals.computed += computed
+                totals.prefill_finished += now.finished - then.finished
+                totals.computed_sum += now.computed_sum - then.computed_sum
+                totals.computed_count += now.computed_count - then.computed_count
             elif now.role == "decode":
                 generated = now.generated - then.generated
+                sample = _decode_sample(then, now, seconds)
+                if sample is not None:
+                    decode_samples.append(sample)
+                if before.at < since:
+                    continue
                 totals.generated += generated
                 totals.decode_finished += now.finished - then.finished
-                batch = (then.running + now.running) / 2
-                if generated > 0:
-                    step = batch * seconds / generated
-                    decode_samples.append(DecodeSample(batch, step, (then.kv_usage + now.kv_usage) / 2))
+                totals.output_sum += now.output_sum - then.output_sum
+                totals.output_count += now.output_count - then.output_count
     last = readings[-1]
-    prompt_tokens = totals.computed / totals.prefill_finished if totals.prefill_finished > 0 else None
+    prompt_tokens = totals.prompt_tokens()
     prefill_rate, prefill_note = prefill_capacity(
         busy_rates,
         [rate for instance, rate in last.prefill_rates.items() if _role(last, instance) == "prefill"],
@@ -79,9 +109,9 @@ def window_figures(
     return Figures(
         counts=counts,
         active=active,
-        arrival_rate=_arrival_rate(readings),
+        arrival_rate=_arrival_rate([reading for reading in readings if reading.at >= since]),
         prompt_tokens=prompt_tokens,
-        output_tokens=totals.generated / totals.decode_finished if totals.decode_finished > 0 else None,
+        output_tokens=totals.output_tokens(),
         prefill_tokens_per_s=prefill_rate,
         decode_tokens_per_s=decode.tokens_per_s if decode else None,
         decode_batch=decode.batch if decode else None,
@@ -104,11 +134,29 @@ def _arrival_rate(readings: Sequence[Reading]) -> float | None:
     return max(arrived, 0.0) / seconds if seconds > 0 else None
 
 
+def _decode_sample(then: EngineReading, now: EngineReading, seconds: float) -> DecodeSample | None:
+    """One decode engine over one interval: from its step histograms (the output tokens of running sequences
+    per step, the mean seconds before each), else from its running gauge at both ends and its tokens."""
+    kv_usage = (then.kv_usage + now.kv_usage) / 2
+    steps, tokens = now.steps - then.steps, now.itl_count - then.itl_count
+    if steps > 0 and tokens > 0:
+        return DecodeSample(tokens / steps, (now.itl_sum - then.itl_sum) / tokens, kv_usage, tokens)
+    generated = now.generated - then.generated
+    if now.steps > 0 or generated <= 0:  # an engine with step histograms that did not step
+        return None
+    batch = (then.running + now.running) / 2
+    return DecodeSample(batch, batch * seconds / generated, kv_usage, generated)
+
+
 def _counting_up(then: EngineReading, now: EngineReading) -> bool:
     return (
         now.prompt_computed >= then.prompt_computed
         and now.generated >= then.generated
         and now.finished >= then.finished
+        and now.output_count >= then.output_count
+        and now.computed_count >= then.computed_count
+        and now.steps >= then.steps
+        and now.itl_count >= then.itl_count
     )
 
 

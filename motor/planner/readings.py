@@ -27,6 +27,16 @@ class EngineReading:
     waiting: float
     kv_usage: float  # share of its KV blocks held
     queued_prefill_tokens: float | None = None  # prompt tokens still to compute (the simulator's series)
+    # per finished request (vLLM's histograms; 0 where the engine has none): output tokens, prompt tokens computed
+    output_sum: float = 0.0
+    output_count: float = 0.0
+    computed_sum: float = 0.0
+    computed_count: float = 0.0
+    # per engine step (vLLM's histograms; 0 where the engine has none): steps, output tokens of running
+    # sequences and the seconds before each
+    steps: float = 0.0
+    itl_count: float = 0.0
+    itl_sum: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,13 @@ def engine_reading(role: str, text: str) -> EngineReading | None:
         waiting=total(found, "vllm:num_requests_waiting") or 0.0,
         kv_usage=total(found, "vllm:kv_cache_usage_perc") or 0.0,
         queued_prefill_tokens=total(found, "motor_sim_queued_prefill_tokens"),
+        output_sum=total(found, "vllm:request_generation_tokens_sum") or 0.0,
+        output_count=total(found, "vllm:request_generation_tokens_count") or 0.0,
+        computed_sum=total(found, "vllm:request_prefill_kv_computed_tokens_sum") or 0.0,
+        computed_count=total(found, "vllm:request_prefill_kv_computed_tokens_count") or 0.0,
+        steps=total(found, "vllm:iteration_tokens_total_count") or 0.0,
+        itl_count=total(found, "vllm:inter_token_latency_seconds_count") or 0.0,
+        itl_sum=total(found, "vllm:inter_token_latency_seconds_sum") or 0.0,
     )
 
 

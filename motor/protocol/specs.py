@@ -18,7 +18,8 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from motor.config.models import CoordinatorConfig, LogLevel
+from motor.config.models import CoordinatorConfig, LogLevel, PlannerConfig
+from motor.config.planner import PlannerBounds
 from motor.kv.connectors import DispatchProfile
 from motor.protocol import env
 from motor.protocol.instances import InstanceRole
@@ -238,7 +239,24 @@ class NodeManagerSpec(ComponentSpec):
     mgmt_tls: TlsFiles | None = Field(default=None, description="its API and its calls to the controller")
 
 
-Spec = ControllerSpec | CoordinatorSpec | NodeManagerSpec
+class PlannerSpec(ComponentSpec):
+    """The SLO planner: its config and resolved bounds, where it reads the instances and figures, and the scale
+    path it acts through: the local job in `job_dir`, or the Kubernetes deployment in `namespace`."""
+
+    kind: Literal["planner"] = "planner"
+    port: Port
+    config: PlannerConfig
+    bounds: PlannerBounds
+    controller_url: str
+    coordinator_mgmt_url: str
+    token: SecretRef = Field(description="the controller token: lists instances, drains them")
+    mgmt_tls: TlsFiles | None = Field(default=None, description="its API and its calls to the others")
+    backend: Literal["local", "kubernetes"]
+    job_dir: str | None = Field(default=None, description="local: the job's run directory")
+    namespace: str | None = Field(default=None, description="kubernetes: the job's namespace")
+
+
+Spec = ControllerSpec | CoordinatorSpec | NodeManagerSpec | PlannerSpec
 S = TypeVar("S", bound=ComponentSpec)
 
 

@@ -23,6 +23,7 @@ from motor.pool.metrics import scrape_pool
 from motor.protocol.controller import ControllerState, bearer
 from motor.runtime.processes import start_ticks
 from tests.fixtures.control import LocalRun, pid_alive
+from tests.fixtures.streams import whole_stream
 from tests.integration.test_local_deploy import descendants, serve_and_check_handover
 
 PROMPT = " ".join(f"word{i}" for i in range(48))
@@ -176,7 +177,7 @@ class Stream:
             body = {"model": "sim-model", "prompt": f"{index} {PROMPT}", "max_tokens": 8}
             try:
                 if index % 2:
-                    await self._streamed(client, {**body, "stream": True})
+                    await whole_stream(client, {**body, "stream": True}, 8)
                 else:
                     answer = await client.post("/v1/completions", json=body)
                     if answer.status_code != 200 or answer.json()["usage"]["completion_tokens"] != 8:
@@ -185,23 +186,6 @@ class Stream:
                 self.failures.append(f"{type(exc).__name__}: {exc}")
                 continue
             self.answered += 1
-
-    @staticmethod
-    async def _streamed(client: httpx.AsyncClient, body: dict[str, Any]) -> None:
-        tokens, done = 0, False
-        async with client.stream("POST", "/v1/completions", json=body) as answer:
-            if answer.status_code != 200:
-                raise RuntimeError(f"HTTP {answer.status_code}: {(await answer.aread())[:300]!r}")
-            async for line in answer.aiter_lines():
-                if line == "data: [DONE]":
-                    done = True
-                elif line.startswith("data: "):
-                    chunk = json.loads(line[6:])
-                    if "error" in chunk:
-                        raise RuntimeError(str(chunk["error"]))
-                    tokens += sum(bool(choice.get("text")) for choice in chunk["choices"])
-        if not done or tokens != 8:
-            raise RuntimeError(f"stream ended after {tokens} tokens (done: {done})")
 
 
 def engine_requests(run: LocalRun, name: str) -> float:

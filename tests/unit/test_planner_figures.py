@@ -142,3 +142,18 @@ def test_the_coordinators_measured_rates_by_instance() -> None:
         }
     }
     assert measured_prefill_rates(body) == {"prefill-0": 950.0}
+
+
+def test_per_request_histograms_win_over_counter_ratios() -> None:
+    """Generated tokens include those of requests still running; the histograms count finished requests only."""
+    readings = []
+    for t in range(5):
+        engines = {
+            "prefill-0": engine("prefill", prompt_computed=900.0 * t, finished=1.0 * t, computed_sum=500.0 * t,
+                                computed_count=1.0 * t),
+            "decode-0": engine("decode", generated=100.0 * t, finished=1.0 * t, running=4.0, output_sum=60.0 * t,
+                               output_count=1.0 * t),
+        }  # fmt: skip
+        readings.append(Reading(at=float(t), engines=engines))
+    figures = window_figures(readings, 0.1, COUNTS, COUNTS)
+    assert (figures.prompt_tokens, figures.output_tokens) == (500.0, 60.0)

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 STARTUP_TIMEOUT_S = 60.0
 PROBE_TIMEOUT_S = 2.0
 POLL_S = 0.1
-TOKEN_KINDS = ("controller", "coordinator")
+TOKEN_KINDS = ("controller", "coordinator", "planner")
 # Every kind is stopped within the deepest nested grace (a node manager stopping its engine server).
 COMPONENT_RESTARTS = RestartPolicy(
     backoff=Backoff(initial_s=0.5, factor=2.0, cap_s=30.0, jitter=0.2),

@@ -173,6 +173,7 @@ def _prepare(plan: Plan, topology: Topology, run_dir: Path) -> RunState:
         coordinator_mgmt_url=f"{coordinator.probe('readiness').scheme}://{LOCAL_HOST}:{coordinator.ports['mgmt']}",
         pool_metrics_url=f"http://{LOCAL_HOST}:{pool[0].ports['metrics']}/metrics" if pool else None,
         mgmt_tls=plan.mgmt_tls,
+        model_base=str(Path.cwd()),  # what `with_local_model_paths` resolved against
     )
     write_job(run_dir, job_from_plan(plan, run_dir))
     write_state(state)

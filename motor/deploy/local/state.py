@@ -86,6 +86,7 @@ class RunState(BaseModel):
     coordinator_mgmt_url: str
     pool_metrics_url: str | None = None
     mgmt_tls: TlsFiles | None = None  # what the CLI presents to and trusts from the management ports
+    model_base: str | None = None  # where the config copy's relative model paths resolve (the deploy's cwd)
     components: list[ProcessRecord] = []
     supervisor: SupervisorRecord | None = None
     update: UpdateRecord | None = None

@@ -36,8 +36,9 @@ from motor.runtime.processes import (
     stop_groups,
 )
 
-# Stopped in this order: node managers first (each stops its engine), the control plane, the pool last.
-STOP_ORDER = ("node_manager", "coordinator", "controller", "kv_pool")
+# Stopped in this order: the planner first (it must not scale a job being stopped), node managers (each stops
+# its engine), the control plane, the pool last.
+STOP_ORDER = ("planner", "node_manager", "coordinator", "controller", "kv_pool")
 # What the supervisor needs to stop every kind in turn, each within its grace and the SIGKILL wait after it.
 JOB_STOP_GRACE_S = grace_around(len(STOP_ORDER) * (DEPLOY_GRACE_S + KILL_WAIT_S))
 POLL_S = 0.1

@@ -3,7 +3,8 @@
 `build_plan(topology, target=..., config_dir=..., run_dir=...)` returns a `Plan` that both backends consume:
 
 - `Plan.components`, in start order: the KV pool master (`kind="kv_pool"`, only when `topology.pool` is set),
-  the controller, the coordinator, then one node manager per engine instance (`kind="node_manager"`, named
+  the controller, the coordinator, the planner (only when motor_planner_config enables it), then one node
+  manager per engine instance (`kind="node_manager"`, named
   like "prefill-0", with `role` and `index`). With `standby_config.enable_master_standby` the controller
   (coordinator) runs as a pair that elects its leader in etcd: locally a second component
   "controller-standby" ("coordinator-standby", `standby_for` naming the first) with the same ports, bound only
@@ -31,7 +32,7 @@ Targets:
   local ports.
 
 How: `plan_context` resolves once what every compiler reads (`context.PlanContext`, frozen); one compiler per
-component kind (`kv_pool`, `controller`, `coordinator`, `node_managers`) turns it into components;
+component kind (`kv_pool`, `controller`, `coordinator`, `planner`, `node_managers`) turns it into components;
 `credentials.split_credentials` then moves credentials out of their environments in start order. This module
 re-exports the plan's public data (`model`) and the Secret names the backends use.
 """
@@ -62,6 +63,7 @@ from motor.deploy.plan.model import (
     KUBERNETES_RUN_DIR,
     KV_POOL,
     LOCAL_HOST,
+    PLANNER,
     POD_IP_REF,
     PROBE_KINDS,
     STANDBY_SUFFIX,
@@ -76,6 +78,7 @@ from motor.deploy.plan.model import (
     service_host,
 )
 from motor.deploy.plan.node_managers import compile_node_managers
+from motor.deploy.plan.planner import compile_planner
 from motor.protocol.specs import TlsFiles, dump_spec, spec_file_name, url_scheme
 
 __all__ = [
@@ -91,6 +94,7 @@ __all__ = [
     "KUBERNETES_RUN_DIR",
     "KV_POOL",
     "LOCAL_HOST",
+    "PLANNER",
     "POD_IP_REF",
     "PROBE_KINDS",
     "STANDBY_SUFFIX",
@@ -142,10 +146,11 @@ def build_plan(
     # Compiled in this order, the controller last: its registration policy lists the node managers' ports.
     kv_pool = compile_kv_pool(context)
     coordinator = compile_coordinator(context)
+    planner = compile_planner(context)
     fleet = compile_node_managers(context)
     controller = compile_controller(context, registration_policy(context, fleet.role_ports))
     components, secrets = split_credentials(
-        (*kv_pool, *controller, *coordinator, *fleet.components),  # start order
+        (*kv_pool, *controller, *coordinator, *planner, *fleet.components),  # start order
         kubernetes=context.kubernetes,
         etcd_auth_secret=etcd_auth_secret(topology),
     )
@@ -158,7 +163,7 @@ def build_plan(
         config_dir=context.config_dir,
         run_dir=context.run_dir,
         components=components,
-        files=_spec_files((*coordinator, *fleet.components, *controller)),  # in compile order
+        files=_spec_files((*coordinator, *planner, *fleet.components, *controller)),  # in compile order
         coordinator_url=_client_url(
             context,
             COORDINATOR,

@@ -24,6 +24,7 @@ ETCD_AUTH_KEYS = {env_names.ETCD_USERNAME: "username", env_names.ETCD_PASSWORD: 
 _MOTOR_SECRETS_OF: dict[ComponentKind, tuple[str, ...]] = {
     "controller": (env_names.CONTROLLER_TOKEN, *ETCD_AUTH_KEYS),
     "coordinator": (env_names.CONTROLLER_TOKEN, env_names.API_KEYS),
+    "planner": (env_names.CONTROLLER_TOKEN,),  # lists the instances and drains them through the controller
     "node_manager": (),  # its own instance's credential only (`instance_credential_env`)
     "kv_pool": (),
 }

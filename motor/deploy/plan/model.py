@@ -10,7 +10,7 @@ from motor.protocol import env as env_names
 from motor.protocol.specs import ComponentSpec, TlsFiles
 
 Target = Literal["local", "kubernetes"]
-ComponentKind = Literal["kv_pool", "controller", "coordinator", "node_manager"]
+ComponentKind = Literal["kv_pool", "controller", "coordinator", "planner", "node_manager"]
 ProbeKind = Literal["startup", "readiness", "liveness"]
 
 POD_IP_REF = f"$({env_names.POD_IP})"
@@ -25,6 +25,7 @@ CONTROLLER = "controller"
 COORDINATOR = "coordinator"
 COORDINATOR_MGMT = "coordinator-mgmt"  # the Service of the coordinator's management port
 KV_POOL = "kv-pool"
+PLANNER = "planner"
 STANDBY_SUFFIX = "-standby"
 
 PROBE_KINDS: tuple[ProbeKind, ...] = ("startup", "readiness", "liveness")
