@@ -20,6 +20,7 @@ from motor.config.compat import (
 from motor.config.errors import ConfigError, ConfigIssue, json_path
 from motor.config.models import EnvConfig, UserConfig
 from motor.config.pymotor_keys import BY_PATH, ENV_PREFIX, Status, keys_under
+from motor.config.scheduler_roles import fold_role_scheduler_types
 from motor.config.suggest import closest, did_you_mean
 from motor.config.topology import Topology, build_topology
 from motor.kv.pool import KvCachePoolConfig
@@ -116,6 +117,7 @@ def _normalise_user(doc: Any, warnings: list[str], issues: list[ConfigIssue]) ->
             _fold_node_manager_spelling(section, f"{section_key}.", issues)
             merge_legacy_model_config(section_key, section, warnings)
     _strip_unimplemented(doc, "", UserConfig, warnings)
+    _fold_scheduler_roles(doc, warnings, issues)
     _normalise_pool_sections(doc, warnings, issues)
     return doc
 
@@ -175,6 +177,13 @@ def _strip_unimplemented(
         if isinstance(child, dict) and keys_under(key_path):
             child_model = _model_in(fields[key].annotation) if key in fields else None
             _strip_unimplemented(child, key_path, child_model, warnings)
+
+
+def _fold_scheduler_roles(doc: dict[str, Any], warnings: list[str], issues: list[ConfigIssue]) -> None:
+    coordinator = doc.get("motor_coordinator_config")
+    scheduler = coordinator.get("scheduler_config") if isinstance(coordinator, dict) else None
+    if isinstance(scheduler, dict):
+        fold_role_scheduler_types(scheduler, "motor_coordinator_config.scheduler_config", warnings, issues)
 
 
 def _normalise_pool_sections(doc: dict[str, Any], warnings: list[str], issues: list[ConfigIssue]) -> None:
