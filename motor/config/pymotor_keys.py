@@ -1,8 +1,12 @@
-"""Every user_config.json / env.json key MindIE-PyMotor knows, and what motor does with it.
+"""Every user_config.json / env.json key MindIE Motor (formerly MindIE-PyMotor) knows, and what motor does with it.
 
 One row per key path. `implemented`: motor's model has the key with pyMotor's meaning. `passed through`: motor
 does not interpret the key but hands it on where pyMotor does. `warned`: motor does not implement it; the loader
 removes it (with everything below it) and warns once, naming the path and what motor does instead.
+
+Each row says where the key comes from: MindIE Motor's configuration as published in Ascend/MindIE-Motor (its
+config classes, config_sample.json, configuration reference pages and deployer), older pyMotor releases and their
+documents only, or motor itself. tests/compat/corpus/mindie-motor-latest-* set every MindIE Motor key.
 
 The loader consults this table, so a key pyMotor knows is never reported as unknown, and docs/pymotor-compat.md
 is generated from it (`python -m motor.config.compat_doc docs/pymotor-compat.md`).
@@ -20,11 +24,18 @@ class Status(StrEnum):
     WARNED = "warned"
 
 
+class Origin(StrEnum):
+    MINDIE_MOTOR = "MindIE Motor"
+    PYMOTOR = "older pyMotor"
+    MOTOR = "motor"
+
+
 @dataclass(frozen=True)
 class PyMotorKey:
     path: str  # dotted JSON path; env.json keys start with "env.json:"
     status: Status
     note: str = ""
+    origin: Origin = Origin.MINDIE_MOTOR
 
     @property
     def parent(self) -> str:
@@ -41,30 +52,37 @@ NODE_MANAGER = NODE_MANAGER_KEY
 ENV_PREFIX = "env.json:"
 
 _ROWS: list[PyMotorKey] = []
+_MINDIE = Origin.MINDIE_MOTOR
+_OLDER = Origin.PYMOTOR
 
 
-def _add(parent: str, status: Status, keys: str, note: str = "") -> None:
+def _add(parent: str, status: Status, keys: str, note: str, origin: Origin) -> None:
     for key in keys.split():
         path = f"{parent}.{key}" if parent and parent != ENV_PREFIX else parent + key
-        _ROWS.append(PyMotorKey(path, status, note))
+        _ROWS.append(PyMotorKey(path, status, note, origin))
 
 
-def _implemented(parent: str, keys: str, note: str = "") -> None:
-    _add(parent, Status.IMPLEMENTED, keys, note)
+def _implemented(parent: str, keys: str, note: str = "", origin: Origin = _MINDIE) -> None:
+    _add(parent, Status.IMPLEMENTED, keys, note, origin)
 
 
-def _warned(parent: str, keys: str, note: str) -> None:
-    _add(parent, Status.WARNED, keys, note)
+def _motor_own(parent: str, keys: str, note: str) -> None:
+    """motor's own keys (pyMotor has no such key)."""
+    _add(parent, Status.IMPLEMENTED, keys, note, Origin.MOTOR)
 
 
-def _passed(parent: str, keys: str, note: str) -> None:
-    _add(parent, Status.PASSED_THROUGH, keys, note)
+def _warned(parent: str, keys: str, note: str, origin: Origin = _MINDIE) -> None:
+    _add(parent, Status.WARNED, keys, note, origin)
 
 
-def _warned_section(path: str, subkeys: str, note: str) -> None:
+def _passed(parent: str, keys: str, note: str, origin: Origin = _MINDIE) -> None:
+    _add(parent, Status.PASSED_THROUGH, keys, note, origin)
+
+
+def _warned_section(path: str, subkeys: str, note: str, origin: Origin = _MINDIE) -> None:
     """A whole section motor ignores: the section row decides, its known sub-keys are listed for the record."""
-    _warned("", path, note)
-    _warned(path, subkeys, f"ignored with {path.rpartition('.')[2]}")
+    _warned("", path, note, origin)
+    _warned(path, subkeys, f"ignored with {path.rpartition('.')[2]}", origin)
 
 
 # ---- shared section shapes --------------------------------------------------------------------------------
@@ -101,20 +119,24 @@ _STANDBY_NOTE = (
     "two processes (locally) or replicas (Kubernetes); the holder of the lock in etcd serves, the other binds "
     "its ports only once it holds it (docs/chaos.md#standby)"
 )
-_PROBE_PORT_NOTE = (
-    "motor's own key: where each process answers its probes, leader or standby (locally the second process "
-    "uses probe_port + 1)"
-)
+_PROBE_PORT_NOTE = "where each process answers its probes, leader or standby (locally the second process uses probe_port + 1)"
 _PORT_ALLOCATOR_KEYS = "enable scan_range probe_timeout_seconds remote_check_timeout_seconds bind_host"
 _PORT_ALLOCATOR_NOTE = "motor assigns ports from the config deterministically; `motor validate` lists them"
 _METADATA_NOTE = "motor's objects carry motor's own labels and annotations only"
+_NO_CONDUCTOR_NOTE = (
+    "motor deploys no KV conductor: under scheduler_type kv_cache_affinity each coordinator worker indexes the "
+    "engines' KV events itself"
+)
 
 
-def _logging(owner: str) -> None:
+def _logging(owner: str, origin: Origin = _MINDIE) -> None:
     path = f"{owner}.logging_config"
-    _implemented(owner, "logging_config")
-    _implemented(path, "log_level")
-    _warned(path, _LOG_EXTRAS, _LOG_NOTE)
+    _implemented(owner, "logging_config", origin=origin)
+    _implemented(path, "log_level", origin=origin)
+    _warned(path, _LOG_EXTRAS, _LOG_NOTE, origin)
+
+
+_ENDPOINTS_NOTE = "derived by pyMotor at run time; motor runs one engine server per instance on base_port"
 
 
 def _node_manager(parent: str) -> None:
@@ -127,21 +149,24 @@ def _node_manager(parent: str) -> None:
         f"{path}.api_config", "pod_ip", "the node manager advertises its pod IP (Kubernetes) or 127.0.0.1"
     )
     _implemented(f"{path}.endpoint_config", "base_port", "engine API port; its status port is base_port + 1")
-    _warned(
-        f"{path}.endpoint_config",
-        "endpoint_num service_ports mgmt_ports bootstrap_port",
-        "derived by pyMotor at run time; motor runs one engine server per instance on base_port",
-    )
+    _warned(f"{path}.endpoint_config", "endpoint_num service_ports bootstrap_port", _ENDPOINTS_NOTE)
+    _warned(f"{path}.endpoint_config", "mgmt_ports", _ENDPOINTS_NOTE, _OLDER)
     _implemented(f"{path}.basic_config", "heartbeat_interval_seconds")
     _warned(
         f"{path}.basic_config",
-        "job_name role model_name engine_type dispatch_capabilities hardware_type device_num parallel_config "
-        "enable_multi_endpoints nnodes",
+        "job_name role model_name engine_type dispatch_capabilities ft_capability hardware_type device_num "
+        "parallel_config enable_multi_endpoints nnodes",
         "filled in by pyMotor at run time; motor derives them from the deploy and engine sections",
+    )
+    _warned(
+        f"{path}.basic_config",
+        "daemon_loop_interval",
+        "the node manager polls its engine's status every 0.5 s (not configurable)",
     )
     _warned_section(
         f"{path}.fault_tolerance_config",
-        "enable_fault_tolerance zmq_pub_port poll_interval_sec poll_timeout_sec max_poll_failures "
+        "enable_fault_tolerance zmq_pub_port enable_dp_scale_down_proxy container_restart_managed "
+        "poll_interval_sec poll_timeout_sec max_poll_failures max_consecutive_404 unsupported_reprobe_interval_sec "
         "enable_engine_relaunch engine_restart_wait_timeout_sec engine_restart_freeze_sec",
         "the node manager restarts a dead engine with backoff and reports it to the controller",
     )
@@ -165,7 +190,8 @@ def _node_manager(parent: str) -> None:
     _tls(path, "mgmt_tls_config", "the node manager's API and its calls to the controller")
     _warned_section(
         f"{path}.kv_cache_store_config",
-        "enable backend service local_service_mode dram_size port config_store_port local_config_path",
+        "enable backend mode service port local_service_mode local_config_path store_mode global_segment_size "
+        "local_buffer_size store_http_port metadata_server protocol device_name dram_size config_store_port",
         "filled in by pyMotor at run time from the top-level kv_cache_store_config",
     )
 
@@ -176,7 +202,10 @@ _implemented("", "version", 'must be "v2.0"')
 _implemented(
     "",
     "motor_deploy_config motor_controller_config motor_coordinator_config "
-    "motor_engine_prefill_config motor_engine_decode_config motor_engine_union_config kv_cache_pool_config",
+    "motor_engine_prefill_config motor_engine_decode_config motor_engine_union_config",
+)
+_implemented(
+    "", "kv_cache_pool_config", "the KV pool section (MindIE Motor calls it kv_cache_store_config)", _OLDER
 )
 _implemented(
     "",
@@ -189,20 +218,23 @@ _implemented(
     "",
     "motor_nodemanager_config",
     "accepted as a spelling of pyMotor's motor_nodemanger_config (give only one of them)",
+    _OLDER,
 )
 _implemented(
     "",
     "kv_cache_store_config",
-    "newer pyMotor name of kv_cache_pool_config; read as kv_cache_pool_config (give only one of them)",
+    "MindIE Motor's name of kv_cache_pool_config; read as kv_cache_pool_config (give only one of them)",
 )
 _warned(
     "",
     "kv_conductor_config",
-    "checked, then reported: motor deploys no KV conductor; KV-aware routing is scheduler_type "
-    "kv_cache_affinity (each coordinator worker indexes the engines' KV events itself)",
+    f"checked, then reported: {_NO_CONDUCTOR_NOTE}",
 )
 _warned_section(
-    "north_config", "name ip port", "motor reports to no north-bound platform; scrape /metrics instead"
+    "north_config",
+    "name ip port",
+    "motor reports to no north-bound platform; scrape /metrics instead",
+    _OLDER,
 )
 _warned_section(
     "mf_store_config", "additional_labels additional_annotations", "motor deploys no MemFabric store"
@@ -252,15 +284,16 @@ _tls(
     "default of every component's mgmt_tls_config (controller, coordinator, node managers)",
 )
 _tls(f"{_D}.tls_config", "etcd_tls_config", "default of motor_controller_config.etcd_tls_config")
-for _tls_section in ("grpc_tls_config", "observability_tls_config", "north_tls_config"):
+for _tls_section in ("grpc_tls_config", "observability_tls_config"):
     _warned_section(f"{_D}.tls_config.{_tls_section}", _TLS_KEYS, _TLS_NOTE)
+_warned_section(f"{_D}.tls_config.north_tls_config", _TLS_KEYS, _TLS_NOTE, _OLDER)
 _warned(
     _D,
     "enable_pd_heterogeneous pd_heterogeneous_label_key pd_heterogeneous_prefill_label_value "
     "pd_heterogeneous_decode_label_value",
     "motor adds no node selectors; P and D pods schedule wherever their accelerator resource is available",
 )
-_warned(_D, "engine_topology", "motor places instances by the instance and pod counts only")
+_warned(_D, "engine_topology", "motor places instances by the instance and pod counts only", _OLDER)
 _warned_section(
     f"{_D}.storage",
     "enable type storage_class_name claim_name size mount_path access_mode server path host_path_type read_only",
@@ -272,14 +305,25 @@ _implemented(
     "size of the memory-backed /dev/shm of engine pods (Kubernetes quantity, default 4Gi as pyMotor's "
     "templates); it counts against the pod's memory",
 )
-_implemented(
+_motor_own(
     _D,
     "pod_networks",
-    "motor's own key: on Kubernetes, the pod networks (CIDR) the controller accepts node manager and engine "
-    "addresses from (default: the private ranges)",
+    "on Kubernetes, the pod networks (CIDR) the controller accepts node manager and engine addresses from "
+    "(default: the private ranges)",
 )
-_warned(_D, "env_path", "motor reads env.json from --env-config / --config-dir")
-_warned(_D, "coordinator_node_selector", "motor adds no node selectors")
+_warned(_D, "env_path", "motor reads env.json from --env-config / --config-dir", _OLDER)
+_warned(
+    _D,
+    "controller_node_selector coordinator_node_selector prefill_node_selector decode_node_selector "
+    "kv_pool_node_selector kv_conductor_node_selector",
+    "motor adds no node selectors; add them to the rendered manifests",
+)
+_warned(
+    _D,
+    "coordinator_infer_node_port coordinator_obs_node_port controller_observability_node_port",
+    "motor's Services are ClusterIP (the coordinator's inference port is Service coordinator); expose it with a "
+    "NodePort or LoadBalancer Service of your own",
+)
 
 # ---- motor_controller_config ------------------------------------------------------------------------------
 
@@ -307,6 +351,18 @@ _warned(
     "send_cmd_retry_times",
     "motor instances are one engine server each and need no assembly",
 )
+_warned(
+    f"{_C}.instance_config",
+    "instance_assembler_check_internal instance_assembler_cmd_send_internal",
+    "the configuration reference's misspelling of instance_assembler_*_interval (pyMotor ignores it too); motor "
+    "instances need no assembly",
+)
+_warned(
+    f"{_C}.instance_config",
+    "instance_manager_check_internal",
+    "the configuration reference's misspelling of instance_manager_check_interval, which pyMotor ignores too; "
+    "motor reads instance_manager_check_interval",
+)
 _implemented(f"{_C}.event_config", "coordinator_heartbeat_interval")
 _warned(
     f"{_C}.event_config",
@@ -314,20 +370,32 @@ _warned(
     "the controller pushes instance changes as they happen and resends the full set on every heartbeat",
 )
 _implemented(f"{_C}.etcd_config", "etcd_host etcd_port etcd_timeout enable_etcd_persistence")
-_implemented(
+_motor_own(
     f"{_C}.etcd_config",
     "etcd_auth_secret",
-    "motor's own key: on Kubernetes, an existing Secret (keys username, password) for etcd authentication",
+    "on Kubernetes, an existing Secret (keys username, password) for etcd authentication",
 )
 _warned(f"{_C}.etcd_config", "etcd_lb_policy", "motor talks to the one etcd endpoint given")
 _warned_section(
     f"{_C}.fault_tolerance_config",
-    "enable_fault_tolerance strategy_center_check_interval configmap_namespace configmap_prefix k8s_cert_path "
-    "enable_scale_p2d enable_token_reinference scale_p2d_d_instance_reinit_wait_timeout enable_engine_relaunch "
-    "engine_relaunch_complete_timeout_sec engine_relaunch_poll_interval_sec engine_relaunch_dispatch_retries "
-    "engine_relaunch_nm_unreachable_threshold",
+    "enable_fault_tolerance strategy_center_check_interval strategy_center_check_internal configmap_namespace "
+    "configmap_prefix k8s_cert_path enable_scale_p2d enable_token_reinference "
+    "scale_p2d_d_instance_reinit_wait_timeout enable_dp_scale_down enable_dp_scale_up dp_scale_down_config "
+    "enable_engine_relaunch engine_relaunch_complete_timeout_sec engine_relaunch_poll_interval_sec "
+    "engine_relaunch_dispatch_retries engine_relaunch_nm_unreachable_threshold",
     "motor isolates instances whose heartbeats stop and lets node managers restart engines; it reads no "
-    "MindCluster device-fault ConfigMaps",
+    "MindCluster device-fault ConfigMaps and never resizes a running engine's data parallel ranks",
+)
+_warned(
+    f"{_C}.fault_tolerance_config.dp_scale_down_config",
+    "request_timeout_sec poll_interval_sec execution_deadline_sec",
+    "ignored with fault_tolerance_config",
+)
+_warned(
+    f"{_C}.fault_tolerance_config",
+    "enable_lingqu_network_recover",
+    "ignored with fault_tolerance_config",
+    _OLDER,
 )
 _warned_section(
     f"{_C}.observability_config",
@@ -336,7 +404,7 @@ _warned_section(
 )
 _implemented(_C, "standby_config", _STANDBY_NOTE)
 _implemented(f"{_C}.standby_config", _STANDBY_KEYS)
-_implemented(f"{_C}.standby_config", "probe_port", _PROBE_PORT_NOTE)
+_motor_own(f"{_C}.standby_config", "probe_port", _PROBE_PORT_NOTE)
 _warned_section(f"{_C}.port_allocator_config", _PORT_ALLOCATOR_KEYS, _PORT_ALLOCATOR_NOTE)
 _tls(_C, "mgmt_tls_config", "the controller's API and its pushes to coordinators and calls to node managers")
 _tls(_C, "etcd_tls_config", "the controller's etcd client (gRPC over TLS; crl_file is refused)")
@@ -363,7 +431,28 @@ _implemented(
     _S,
     "scheduler_type",
     "load_balance, round_robin, kv_cache_affinity (routes on the engines' KV events and the pool's contents: "
-    "docs/kv-routing.md); prefix_affinity (prefix hashing in the coordinator) and pd_aware are motor's own",
+    "docs/kv-routing.md); prefix_affinity (prefix hashing in the coordinator) and pd_aware are motor's own; "
+    "MindIE Motor's deprecated form of prefill_/decode_scheduler_type, which win when given",
+)
+_implemented(
+    _S,
+    "prefill_scheduler_type decode_scheduler_type",
+    "folded into scheduler_type: motor runs one policy, the prefill side's (encode legs always go to the least "
+    "encode work); a decode side that differs from what that policy does with decode legs (e.g. round_robin "
+    "under load_balance, or dynamic_bucket) is warned about, naming what motor does",
+)
+_warned(
+    _S,
+    "dynamic_bucket_short_median dynamic_bucket_long_median dynamic_bucket_border dynamic_bucket_length_scale "
+    "dynamic_bucket_load_scale dynamic_bucket_short_bucket_count dynamic_bucket_long_bucket_count",
+    "motor has no dynamic_bucket policy: decode legs go where scheduler_type's decode placement puts them "
+    "(load_balance: the least outstanding requests and tokens)",
+)
+_warned(
+    _S,
+    "dp_stats_window",
+    "motor logs no per-DP statistics; data parallel ranks run inside one engine, whose own /metrics reports its "
+    "running requests and KV cache use",
 )
 _implemented(
     _S,
@@ -371,24 +460,27 @@ _implemented(
     "pyMotor's name for the dispatch style; motor derives the dispatch profile from the connector and warns "
     "when they disagree",
 )
-_implemented(
+_motor_own(
     _S,
     "dispatch_profile affinity_block_size affinity_max_load_ratio admission_max_prefill_tokens "
     "admission_max_decode_requests admission_queue_timeout stall_degraded_after stall_recovery_half_life",
-    "motor's own keys",
+    "",
 )
 _warned(
     _S,
     "endpoint_instance_score_weight",
     "motor's load_balance scores instances by outstanding requests and tokens",
 )
+_FLAT_KV_AFFINITY_NOTE = (
+    "deprecated flat spellings of kv_affinity.<key>; the nested key wins when both are given"
+)
 _implemented(
     _S,
     "kv_affinity_mode kv_affinity_load_weight kv_affinity_overlap_credit kv_affinity_prefill_load_scale "
-    "kv_affinity_load_gate_topn kv_affinity_w_npu kv_affinity_w_cpu kv_affinity_w_disk "
-    "kv_affinity_hit_rate_threshold",
-    "deprecated flat spellings of kv_affinity.<key>; the nested key wins when both are given",
+    "kv_affinity_load_gate_topn kv_affinity_w_npu kv_affinity_w_cpu kv_affinity_w_disk",
+    _FLAT_KV_AFFINITY_NOTE,
 )
+_motor_own(_S, "kv_affinity_hit_rate_threshold", _FLAT_KV_AFFINITY_NOTE)
 _implemented(_S, "kv_affinity", "scheduler_type kv_cache_affinity's scoring")
 _implemented(
     f"{_S}.kv_affinity",
@@ -407,7 +499,7 @@ _warned_section(
     "conductor_service http_server_port query_encoding store_backend block_size engine_type model_path "
     "pool_endpoint npu_endpoint xpu_endpoint cpu_endpoint disk_endpoint endpoint replay_endpoint "
     "re_register_interval_sec",
-    "motor deploys no KV conductor: each coordinator worker indexes the engines' KV events itself (scheduler_type kv_cache_affinity)",
+    _NO_CONDUCTOR_NOTE,
 )
 _X = f"{_K}.exception_config"
 _implemented(_X, "max_retry retry_delay first_token_timeout infer_timeout")
@@ -427,7 +519,7 @@ _implemented(
     "enable",
     "a stream whose engine fails after output started is replayed (prompt + tokens so far) and spliced",
 )
-_warned(_X, "connect_timeout", "connection setup counts against first_token_timeout")
+_warned(_X, "connect_timeout", "TCP connects to engines are bounded by timeout_config.connection_timeout")
 _warned(_X, "upstream_error_body_max_bytes", "engine errors reach the client as OpenAI-style error bodies")
 _implemented(
     f"{_K}.timeout_config",
@@ -439,17 +531,17 @@ _implemented(
     "seconds an idle pooled connection to an engine is kept (motor's default 4, MindIE Motor's 3); keep it below "
     "the engines' own idle timeout (uvicorn's 5 s)",
 )
-_implemented(
+_motor_own(
     f"{_K}.timeout_config",
     "prefill_deadline_floor prefill_deadline_cap prefill_deadline_factor prefill_deadline_allowance "
     "prefill_deadline_min_samples",
-    "motor's own keys: the per-leg prefill deadline",
+    "the per-leg prefill deadline",
 )
 _implemented(f"{_K}.api_key_config", "enable_api_key valid_keys header_name key_prefix")
-_implemented(
+_motor_own(
     f"{_K}.api_key_config",
     "attempts_per_client attempts_window",
-    "motor's own keys: per-client limit on checks of keys not known to be valid",
+    "per-client limit on checks of keys not known to be valid",
 )
 _warned(
     f"{_K}.api_key_config",
@@ -474,17 +566,13 @@ _warned(
     "request bodies are bounded by request_limit.max_body_bytes",
 )
 _implemented(f"{_K}.request_limit", "max_requests", "cap on concurrent requests in the coordinator")
-_implemented(
+_motor_own(
     f"{_K}.request_limit",
     "max_body_bytes body_read_timeout head_read_timeout max_head_bytes max_connections",
-    "motor's own keys",
+    "",
 )
-_implemented(_K, "input_config", "motor's own section: what a client's request may contain")
-_implemented(
-    f"{_K}.input_config",
-    "kv_transfer_params max_tokens max_n max_json_depth max_list_items",
-    "motor's own keys",
-)
+_motor_own(_K, "input_config", "what a client's request may contain")
+_motor_own(f"{_K}.input_config", "kv_transfer_params max_tokens max_n max_json_depth max_list_items", "")
 _warned(
     f"{_K}.request_limit",
     "single_node_max_requests",
@@ -506,13 +594,27 @@ _warned(
 _warned(
     _K,
     "context_budget_mode",
-    "requests go to the engines unchanged; the engine rejects prompts over max_model_len",
+    "motor leaves max_tokens as the client sent it: an engine refuses a request whose prompt and max_tokens "
+    "exceed its max_model_len (vLLM: 400, passed to the client); only a replayed stream asks for at most the "
+    "context left",
+)
+_PLANNER_NOTE = (
+    "MindIE Motor's HPA capacity planning; motor sizes prefill and decode with its own SLO planner instead: "
+    "motor_planner_config (docs/planner.md)"
 )
 _warned_section(
     f"{_K}.prometheus_metrics_config",
     "reuse_time pool_metrics_enable pool_metrics_endpoint enable_kv_store_metrics kv_store_metrics_endpoint "
     "kv_store_backend kv_store_service kv_store_metrics_port",
-    "the coordinator's /metrics is computed per scrape; the pool master serves its own /metrics",
+    "the coordinator's /metrics is computed per scrape; the pool master serves its own /metrics; capacity "
+    "planning is motor's SLO planner, motor_planner_config (docs/planner.md)",
+)
+_warned(f"{_K}.prometheus_metrics_config", "capacity_planning", _PLANNER_NOTE)
+_warned(
+    f"{_K}.prometheus_metrics_config.capacity_planning",
+    "target_utilization kv_target_utilization ema_alpha capacity_decay prefill_tps_capacity_prior "
+    "decode_tps_capacity_prior capacity_window_cycles pd_ratio_smooth_alpha pd_ratio_min pd_ratio_max",
+    _PLANNER_NOTE,
 )
 _implemented(
     _K, "circuit_config", "per-instance circuit breakers, kept by the process that holds the instance set"
@@ -525,10 +627,28 @@ _implemented(
 )
 _warned_section(
     f"{_K}.render_config",
-    "enabled endpoint timeout_ms image_name",
-    "the coordinator tokenizes nothing; prefix_affinity hashes the prompt text",
+    "enable enable_streaming endpoint timeout_ms image_name launch_args",
+    "motor runs no render sidecar: under scheduler_type kv_cache_affinity the coordinator tokenizes the prompt "
+    "and renders the chat template itself (the model's tokenizer through transformers, or the simulator's "
+    "vocabulary), and the engines get the request as the client sent it",
+)
+_warned(
+    f"{_K}.render_config",
+    "enabled",
+    "the configuration reference's spelling of enable; ignored with render_config",
 )
 _warned(f"{_K}.render_config.endpoint", "host port", "ignored with render_config")
+_warned_section(
+    f"{_K}.token_obfuscation_config",
+    "enable model_path vocab_size token_white_list seed_content image_config",
+    "motor permutes no prompt token ids or image tensors (it has no render path): engines get requests as the "
+    "client sent them, so serve weights that are not data-obfuscated",
+)
+_warned(
+    f"{_K}.token_obfuscation_config.image_config",
+    "enable model_path patch_size merge_size longest_edge shortest_edge temporal_patch_size",
+    "ignored with token_obfuscation_config",
+)
 _warned_section(
     f"{_K}.mgmt_api_key_config",
     "enable_api_key api_key_file",
@@ -536,7 +656,7 @@ _warned_section(
 )
 _implemented(_K, "standby_config", _STANDBY_NOTE)
 _implemented(f"{_K}.standby_config", _STANDBY_KEYS)
-_implemented(f"{_K}.standby_config", "probe_port", _PROBE_PORT_NOTE)
+_motor_own(f"{_K}.standby_config", "probe_port", _PROBE_PORT_NOTE)
 _implemented(_K, "etcd_config", "the etcd holding the standby lock")
 _implemented(f"{_K}.etcd_config", "etcd_host etcd_port etcd_timeout")
 _warned(
@@ -571,13 +691,18 @@ _warned_section(
     "p_instances_num d_instances_num hybrid_instances_num single_hybrid_instance_pod_num hybrid_pod_npu_num",
     "derived by pyMotor at run time; motor reads motor_deploy_config",
 )
-for _event_section in ("prefill_kv_event_config", "kv_event_registration"):
-    _warned_section(
-        f"{_K}.{_event_section}",
-        "conductor_service http_server_port query_encoding store_backend block_size endpoint replay_endpoint "
-        "engine_type model_path pool_endpoint npu_endpoint cpu_endpoint disk_endpoint re_register_interval_sec",
-        "motor deploys no KV conductor: each coordinator worker indexes the engines' KV events itself (scheduler_type kv_cache_affinity)",
-    )
+_warned_section(
+    f"{_K}.prefill_kv_event_config",
+    "conductor_service http_server_port query_encoding block_size endpoint replay_endpoint engine_type model_path "
+    "re_register_interval_sec",
+    _NO_CONDUCTOR_NOTE,
+)
+_warned_section(
+    f"{_K}.kv_event_registration",
+    "conductor_service http_server_port store_backend block_size engine_type model_path pool_endpoint "
+    "npu_endpoint cpu_endpoint disk_endpoint endpoint replay_endpoint re_register_interval_sec",
+    _NO_CONDUCTOR_NOTE,
+)
 for _precision_section in ("precision_detection_config", "token_sampling_config"):
     _warned_section(
         f"{_K}.{_precision_section}",
@@ -648,33 +773,36 @@ _implemented(
     _P,
     "metadata_server protocol device_name global_segment_size local_buffer_size",
     "written into the engines' Mooncake store config",
+    _OLDER,
 )
 _implemented(
     _P,
     "eviction_high_watermark_ratio eviction_ratio default_kv_lease_ttl port",
     "mooncake_master arguments (defaults 0.9, 0.1, 11000 ms, 50088); the lease must exceed the engines' "
     "transfer timeouts",
+    _OLDER,
 )
-_implemented(_P, "metrics_port", "motor's own key: mooncake_master's metrics port (default 9003)")
-_implemented(
-    _P,
-    "allocation_strategy",
-    "motor's own key: mooncake_master's --allocation_strategy (random, free_ratio_first, local_first, cxl, "
-    "ssd_free_ratio_first; unset: the master's default)",
+_motor_own(_P, "metrics_port", "mooncake_master's metrics port (default 9003)")
+_ALLOCATION_NOTE = (
+    "mooncake_master's --allocation_strategy (random, free_ratio_first, local_first, cxl, ssd_free_ratio_first; "
+    "unset: the master's default)"
 )
+_motor_own(_P, "allocation_strategy", _ALLOCATION_NOTE)
 _passed(
     _P,
     "prefer_alloc_in_same_node preferred_segment replica_num",
     "like every other key here, copied into the engines' Mooncake store config, as pyMotor does",
+    _OLDER,
 )
 
 _T = "kv_cache_store_config"
 _implemented(
     _T,
     "metadata_server protocol device_name global_segment_size local_buffer_size eviction_high_watermark_ratio "
-    "eviction_ratio default_kv_lease_ttl port metrics_port allocation_strategy",
+    "eviction_ratio default_kv_lease_ttl port metrics_port",
     "same meaning as in kv_cache_pool_config",
 )
+_motor_own(_T, "allocation_strategy", _ALLOCATION_NOTE)
 _implemented(
     _T,
     "backend",
@@ -683,46 +811,54 @@ _implemented(
 )
 _warned(
     _T,
-    "enable store_mode store_http_port target_job_id local_service_mode config_store_port service dram_size "
+    "enable mode store_mode store_http_port target_job_id local_service_mode config_store_port service dram_size "
     "local_config_path",
     "motor deploys one mooncake_master per job (embedded stores in the engines)",
 )
+_warned(_T, "additional_labels additional_annotations", _METADATA_NOTE)
 
 _warned(
     "kv_conductor_config",
     "kvevent_instance http_server_port",
     "checked, then ignored with kv_conductor_config",
 )
+_warned(
+    "kv_conductor_config",
+    "conductor_service query_encoding store_backend block_size engine_type model_path pool_endpoint npu_endpoint "
+    "xpu_endpoint cpu_endpoint disk_endpoint endpoint replay_endpoint re_register_interval_sec",
+    _NO_CONDUCTOR_NOTE,
+)
+_warned("kv_conductor_config", "additional_labels additional_annotations", _METADATA_NOTE)
 
 # ---- motor_planner_config (motor's own section) -----------------------------------------------------------
 
 _PL = "motor_planner_config"
-_implemented(
+_motor_own(
     "",
     _PL,
-    "motor's own section: the SLO planner that sizes prefill and decode to the traffic (docs/planner.md); "
+    "the SLO planner that sizes prefill and decode to the traffic (docs/planner.md); "
     "pyMotor's fault_tolerance_config.enable_scale_p2d stays warned",
 )
-_logging(_PL)
-_implemented(_PL, "enable", "motor's own key: deploy the planner (default false)")
-_implemented(_PL, "api_config", "motor's own key")
-_implemented(f"{_PL}.api_config", "planner_api_port", "motor's own key: metrics, status and probes (1028)")
-_implemented(
+_logging(_PL, Origin.MOTOR)
+_motor_own(_PL, "enable", "deploy the planner (default false)")
+_motor_own(_PL, "api_config", "")
+_motor_own(f"{_PL}.api_config", "planner_api_port", "metrics, status and probes (1028)")
+_motor_own(
     _PL,
     "min_prefill max_prefill min_decode max_decode max_instances max_accelerators",
-    "motor's own keys: bounds per role and the budget (instances, or instances × pods × accelerators per pod)",
+    "bounds per role and the budget (instances, or instances × pods × accelerators per pod)",
 )
-_implemented(
+_motor_own(
     _PL,
     "ttft_slo_ms itl_slo_ms max_utilization",
-    "motor's own keys: the objectives the planner sizes for (2000 ms, 100 ms) and the busiest share of its "
+    "the objectives the planner sizes for (2000 ms, 100 ms) and the busiest share of its "
     "measured capacity an instance is planned for (0.85)",
 )
-_implemented(
+_motor_own(
     _PL,
     "interval_s window_s cooldown_s scale_down_intervals hysteresis_margin max_changes_per_minute "
     "enable_role_conversion",
-    "motor's own keys: how often and how cautiously the planner changes the counts",
+    "how often and how cautiously the planner changes the counts",
 )
 
 # ---- env.json ---------------------------------------------------------------------------------------------
@@ -752,7 +888,8 @@ def warned_keys(parent: str) -> dict[str, PyMotorKey]:
 
 
 def markdown_table() -> str:
-    lines = ["| key | status | what motor does |", "|---|---|---|"]
+    lines = ["| key | from | status | what motor does |", "|---|---|---|---|"]
     for row in PYMOTOR_KEYS:
-        lines.append(f"| `{row.path}` | {row.status.value} | {row.note.replace('|', '/')} |")
+        note = row.note.replace("|", "/")
+        lines.append(f"| `{row.path}` | {row.origin.value} | {row.status.value} | {note} |")
     return "\n".join(lines) + "\n"

@@ -1,6 +1,7 @@
 """The pyMotor key table: it agrees with docs/pymotor-compat.md and motor's models, and the loader accepts every
 key in it (warned keys with one warning naming their path)."""
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,8 @@ from motor.config.compat import ENGINE_SECTIONS
 from motor.config.compat_doc import with_table
 from motor.config.loader import _model_in
 from motor.config.models import EnvConfig, KvAffinityConfig, UserConfig
-from motor.config.pymotor_keys import BY_PATH, ENV_PREFIX, PYMOTOR_KEYS, Status
+from motor.config.pymotor_keys import BY_PATH, ENV_PREFIX, PYMOTOR_KEYS, Origin, Status
+from motor.config.scheduler_roles import ROLE_KEYS
 from tests.unit.config_cases import aggregated, seed
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "pymotor-compat.md"
@@ -29,6 +31,7 @@ FOLDED = {
         f"motor_coordinator_config.scheduler_config.kv_affinity_{key}"
         for key in KvAffinityConfig.model_fields
     ),
+    *(f"motor_coordinator_config.scheduler_config.{key}" for key in ROLE_KEYS),
 }
 
 
@@ -97,13 +100,17 @@ def place(document: dict[str, Any], path: str, value: Any) -> None:
 
 
 def first_warned(path: str) -> str:
+    """The path a warned key is reported at: its first warned ancestor (or itself) the loader removes, i.e. one
+    that is not a model field; else its first warned ancestor, which motor checks, then reports."""
     parts = path.split(".")
-    for end in range(1, len(parts) + 1):
-        candidate = ".".join(parts[:end])
-        row = BY_PATH.get(candidate)
-        if row is not None and row.status == Status.WARNED:
-            return candidate
-    raise AssertionError(path)
+    warned = [
+        candidate
+        for end in range(1, len(parts) + 1)
+        if (row := BY_PATH.get(candidate := ".".join(parts[:end]))) is not None
+        and row.status == Status.WARNED
+    ]
+    removed = [candidate for candidate in warned if candidate not in USER_FIELDS]
+    return (removed or warned)[0]
 
 
 WARNED = [row.path for row in PYMOTOR_KEYS if row.status == Status.WARNED]
@@ -128,3 +135,34 @@ def test_every_warned_key_loads_with_one_warning_naming_it(path: str) -> None:
         pytest.fail(f"{path} refused: {exc}")
     reported = first_warned(path) if not path.startswith(ENV_PREFIX) else path
     assert any(warning.startswith(f"{reported}: ") for warning in topology.warnings), topology.warnings
+
+
+CORPUS = Path(__file__).resolve().parents[1] / "compat" / "corpus"
+MINDIE_CASES = sorted(CORPUS.glob("mindie-motor-latest-*"))
+
+
+def table_paths(node: dict[str, Any], prefix: str) -> set[str]:
+    """The paths of `node` (a document at `prefix`) down to the table's leaves: a key's children are read only
+    where the table lists keys under it (not inside engine_config, an env map or labels); the objects of a list
+    (motor_deploy_config.storage's entries) are read at the list's path."""
+    found: set[str] = set()
+    for key, value in node.items():
+        path = f"{prefix}{key}" if prefix in ("", ENV_PREFIX) else f"{prefix}.{key}"
+        found.add(path)
+        if not any(row.parent == path for row in PYMOTOR_KEYS):
+            continue
+        for child in value if isinstance(value, list) else [value]:
+            if isinstance(child, dict):
+                found |= table_paths(child, path)
+    return found
+
+
+def test_the_mindie_motor_corpus_cases_set_every_mindie_motor_key() -> None:
+    assert len(MINDIE_CASES) == 2  # PD with encode, and hybrid (union): one config cannot hold both
+    present: set[str] = set()
+    for case in MINDIE_CASES:
+        present |= table_paths(json.loads((case / "user_config.json").read_text()), "")
+        present |= table_paths(json.loads((case / "env.json").read_text()), ENV_PREFIX)
+    mindie = {row.path for row in PYMOTOR_KEYS if row.origin == Origin.MINDIE_MOTOR}
+    assert sorted(mindie - present) == []
+    assert sorted(path for path in present if path not in BY_PATH) == []  # every key it sets is in the table
