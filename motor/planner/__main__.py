@@ -21,14 +21,13 @@ from motor.runtime.tls import TlsError, client_context, server_context
 log = logging.getLogger("motor.planner")
 
 
-def actuator_of(spec: PlannerSpec) -> Actuator:
+def actuator_of(spec: PlannerSpec, scraper: Scraper) -> Actuator:
     if spec.backend == "local":
         assert spec.job_dir is not None
         return LocalActuator(Path(spec.job_dir))
     from motor.planner.kubernetes import KubernetesActuator  # needs the k8s extra
 
-    assert spec.namespace is not None
-    return KubernetesActuator.in_cluster(spec)
+    return KubernetesActuator.in_cluster(spec, scraper)
 
 
 async def serve(spec: PlannerSpec, token: str) -> None:
@@ -40,7 +39,7 @@ async def serve(spec: PlannerSpec, token: str) -> None:
     connector = aiohttp.TCPConnector(ssl=client_context(tls)) if tls is not None else None
     async with aiohttp.ClientSession(connector=connector) as session:
         scraper = Scraper(session, spec.controller_url, spec.coordinator_mgmt_url, token)
-        planner = Planner(spec, scraper, actuator_of(spec), Journal(Path(spec.run_dir)))
+        planner = Planner(spec, scraper, actuator_of(spec, scraper), Journal(Path(spec.run_dir)))
         work = asyncio.create_task(planner.run())
         runner = web.AppRunner(build_app(planner, healthy=lambda: not work.done()), access_log=None)
         await runner.setup()

@@ -79,9 +79,20 @@ def write_kubeconfig(path: Path, server: str) -> Path:
     return path
 
 
+# kmock serves a resource once it holds an object of it or it is declared: a real API server serves these always
+# (the planner's RBAC objects; a job without a planner has none to list when it is deleted).
+DECLARED = (
+    "v1/serviceaccounts",
+    "rbac.authorization.k8s.io/v1/roles",
+    "rbac.authorization.k8s.io/v1/rolebindings",
+)
+
+
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator):
+        for resource in DECLARED:
+            emulator.resources[resource] = {}
         yield Cluster(emulator, write_kubeconfig(tmp_path / "kubeconfig", str(emulator.url).rstrip("/")))
 
 

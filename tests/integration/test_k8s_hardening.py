@@ -1,6 +1,6 @@
 """The hardening rules, checked on every object motor generates for every example, every valid corpus config and
-sim variants that turn on every credential and TLS setting: security contexts, resources, no service-account
-token and no RBAC, NetworkPolicies that leave only the inference port open, the management port on its own
+sim variants that turn on every credential and TLS setting (and the planner): security contexts, resources, no
+service-account token and no RBAC but the planner's namespaced Role, NetworkPolicies that leave only the inference port open, the management port on its own
 Service, credentials only in Secrets (referenced with secretKeyRef) and strict schema validity."""
 
 import json
@@ -12,6 +12,7 @@ import pytest
 from motor.config import ConfigError, load_documents
 from motor.config.hardware import engines_as_root
 from motor.deploy.k8s.manifests import ConfigTexts, build_manifests
+from motor.deploy.k8s.rbac import PLANNER_ACCOUNT, PLANNER_RULES
 from motor.deploy.k8s.secrets import TLS_SECRETS
 from motor.deploy.plan import build_plan, is_secret_name
 from tests.integration.k8s_support import REPO, SIM_ENV, example_dirs, sim_user_config
@@ -22,7 +23,7 @@ JOB = "motor.io/job"
 API_KEYS = ["plain-api-key-123", "salt:1000:" + "ab" * 32]
 ETCD_AUTH_SECRET = "etcd-credentials"
 SECRET_VALUES = ["hf_secret_token_value", "etcd-user-password"]
-CONTROL = {"controller", "coordinator", "kv-pool"}
+CONTROL = {"controller", "coordinator", "kv-pool", "planner"}
 
 
 def tls(directory: str) -> dict[str, Any]:
@@ -79,6 +80,9 @@ def cases() -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
         for hardware_type, accelerators in (("cpu", 0), ("nvidia-gpu", 1), ("800I_A3", 2)):
             user, env = everything_on(deploy_mode, hardware_type, accelerators)
             yield f"secured:{deploy_mode}:{hardware_type}", user, env
+    user, env = everything_on("multi_deployment", "nvidia-gpu", 1)
+    user["motor_planner_config"] = {"enable": True, "max_accelerators": 8}
+    yield "secured:planner:nvidia-gpu", user, env
 
 
 def objects_of(user: dict[str, Any], env: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -101,7 +105,7 @@ def test_the_table_covers_examples_corpus_and_every_hardware() -> None:
     built = [name for name, objects in BUILT.items() if objects is not None]
     assert sum(name.startswith("corpus:") for name in built) >= 9
     assert sum(name.startswith("example:") for name in built) >= 3
-    assert sum(name.startswith("secured:") for name in built) == 6
+    assert sum(name.startswith("secured:") for name in built) == 7  # 6 hardware x mode, and the planner
 
 
 def pods(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
@@ -123,7 +127,12 @@ def test_pods_are_hardened(name: str) -> None:
     assert objects is not None
     for pod_name, template in pods(objects):
         pod = template["spec"]
-        assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod, pod_name
+        if pod_name == "planner":  # the one pod that calls the Kubernetes API, as its own ServiceAccount
+            assert (
+                pod["automountServiceAccountToken"] is True and pod["serviceAccountName"] == PLANNER_ACCOUNT
+            )
+        else:
+            assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod, pod_name
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, pod_name
         engine_pod = pod_name not in CONTROL
         as_root = engine_pod and engines_as_root(hardware(name))
@@ -165,8 +174,15 @@ def test_no_rbac_and_only_the_inference_port_is_open(name: str) -> None:
     objects = BUILT[name]
     assert objects is not None
     kinds = {obj["kind"] for obj in objects}
-    assert not kinds & {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
     by_name = {(obj["kind"], obj["metadata"]["name"]): obj for obj in objects}
+    planned = ("Deployment", "planner") in by_name
+    rbac = {(kind, name) for kind, name in by_name if kind in ("ServiceAccount", "Role", "RoleBinding")}
+    assert rbac == (
+        {(kind, PLANNER_ACCOUNT) for kind in ("ServiceAccount", "Role", "RoleBinding")} if planned else set()
+    )
+    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}
+    if planned:
+        assert by_name["Role", PLANNER_ACCOUNT]["rules"] == PLANNER_RULES
     job = next(obj for obj in objects if obj["kind"] == "ConfigMap")["metadata"]["labels"][JOB]
 
     internal = by_name["NetworkPolicy", "motor-internal"]["spec"]

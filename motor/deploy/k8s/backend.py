@@ -9,10 +9,12 @@ The deployed ConfigMap (`motor-config`) holds the config pair as written and is 
 import hashlib
 import json
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from motor.config import ConfigError, load_documents
+from motor.config.planner import COUNT_KEYS
 from motor.config.topology import Topology
 from motor.config.whitelist import (
     INSTANCE_COUNT_KEYS,
@@ -223,6 +225,33 @@ def scale(client: KubeClient, job: Job) -> Applied | Unchanged:
             + "; these differ from the deployed config too:",
             details=refused,
         )
+    return _scale(client, job, baseline)
+
+
+def deployed_counts(client: KubeClient, namespace: str) -> dict[str, int]:
+    """Prefill and decode instances of the deployed baseline (what `--update-instance-num` last applied)."""
+    deploy = json.loads(_baseline(client, namespace, "--update-instance-num").user).get("motor_deploy_config") or {}
+    return {role: deploy.get(key) or 0 for role, key in COUNT_KEYS.items()}
+
+
+def scale_to(client: KubeClient, namespace: str, counts: Mapping[str, int]) -> Applied | Unchanged:
+    """`scale` with the deployed baseline's counts changed to `counts` (the planner's scale path). Nothing but
+    the counts differ from the baseline by construction, credentials included (the baseline keeps its markers,
+    and a scale applies no Secret but the instance credentials)."""
+    baseline = _baseline(client, namespace, "--update-instance-num")
+    user = json.loads(baseline.user)
+    for role, key in COUNT_KEYS.items():
+        if role in counts:
+            user.setdefault("motor_deploy_config", {})[key] = counts[role]
+    try:
+        topology = load_documents(user, json.loads(baseline.env))
+    except ConfigError as exc:
+        raise DeployError(f"the deployed config with {dict(counts)} does not validate: {exc}") from exc
+    texts = ConfigTexts(json.dumps(user, indent=2) + "\n", baseline.env)
+    return _scale(client, Job(build_plan(topology, target="kubernetes"), topology, texts), baseline)
+
+
+def _scale(client: KubeClient, job: Job, baseline: ConfigTexts) -> Applied | Unchanged:
     try:
         old_topology = load_documents(json.loads(baseline.user), json.loads(baseline.env))
     except ConfigError as exc:

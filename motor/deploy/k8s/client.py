@@ -50,6 +50,9 @@ RESOURCES = {
         ResourceType("v1", "Service", "services"),
         ResourceType("apps/v1", "Deployment", "deployments"),
         ResourceType("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
+        ResourceType("v1", "ServiceAccount", "serviceaccounts"),
+        ResourceType("rbac.authorization.k8s.io/v1", "Role", "roles"),
+        ResourceType("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
         ResourceType("monitoring.coreos.com/v1", "PodMonitor", "podmonitors"),
         ResourceType("monitoring.coreos.com/v1", "PrometheusRule", "prometheusrules"),
     )
@@ -62,6 +65,9 @@ DELETE_ORDER = (
     "Deployment",
     "Service",
     "NetworkPolicy",
+    "RoleBinding",
+    "Role",
+    "ServiceAccount",
     "Secret",
     "ConfigMap",
 )

@@ -12,6 +12,7 @@ from motor.deploy.k8s.pod_parts import (
     weight_mount,
     weight_volume,
 )
+from motor.deploy.k8s.rbac import PLANNER_ACCOUNT
 from motor.deploy.k8s.secrets import tls_mounts, tls_volume, tls_volume_mount
 from motor.deploy.k8s.workloads import component_labels, component_services, deployment
 from motor.deploy.plan import Component
@@ -70,6 +71,8 @@ def component_deployment(context: ManifestContext, component: Component) -> Mani
         "containers": [container],
         "volumes": volumes,
     }
+    if component.kind == "planner":  # it scales the job through the Kubernetes API (rbac.py)
+        pod_spec.update(automountServiceAccountToken=True, serviceAccountName=PLANNER_ACCOUNT)
     # Accelerator pods and the single pool master must not overlap during a rollout.
     recreate = component.kind in ("node_manager", "kv_pool")
     return deployment(

@@ -1,7 +1,7 @@
 """What every pod of a job is allowed: security contexts, resources, and who may reach it on the network.
 
 - Security: seccomp RuntimeDefault, no privilege escalation, every capability dropped, no service-account token
-  (motor calls no Kubernetes API). motor's own processes (controller, coordinator, pool master) run as
+  (only the planner calls the Kubernetes API; its pod gets the token of the ServiceAccount rbac.py binds). motor's own processes (controller, coordinator, pool master) run as
   NON_ROOT_UID on a read-only root filesystem, writing only to emptyDirs (their run directory and /tmp).
   Engine pods run the engine, which writes caches (vLLM, torch, Triton, CANN) under HOME and the working
   directory, so their root filesystem stays writable; they run as NON_ROOT_UID too except on Ascend
@@ -53,6 +53,7 @@ class Resources:
 CONTROL_RESOURCES = {
     "controller": Resources("100m", "128Mi", "512Mi"),
     "coordinator": Resources("500m", "256Mi", "1024Mi"),  # per inference worker
+    "planner": Resources("100m", "128Mi", "512Mi"),
     "kv_pool": Resources("500m", "512Mi", "4096Mi"),
 }
 

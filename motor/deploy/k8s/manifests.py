@@ -4,7 +4,7 @@ Layout (namespace = job_id): the ConfigMap `motor-config` and the Secrets of con
 multi_deployment one Deployment per component with its Services (components.py), node managers getting one
 Deployment per engine instance with replicas = pods per instance; single_container puts every component in
 one pod (single_container.py). Every pod is hardened as hardening.py says (security context, resources, no
-service-account token: motor calls no Kubernetes API) and NetworkPolicies keep everything but the inference
+service-account token: only the planner calls the Kubernetes API, with the Role of rbac.py) and NetworkPolicies keep everything but the inference
 port inside the job. Monitoring (monitoring.py): pod templates carry the `prometheus.io/scrape|port|path`
 annotations, a ConfigMap holds the Grafana dashboard, and `prometheus_operator=True` adds a PodMonitor and a
 PrometheusRule. Every object carries the owner labels (labels.py) plus its component's labels, so the whole job
@@ -20,6 +20,7 @@ from motor.deploy.k8s.components import component_objects
 from motor.deploy.k8s.config_objects import config_map, namespace, secret_objects
 from motor.deploy.k8s.context import ConfigTexts, Manifest, ManifestContext
 from motor.deploy.k8s.monitoring import dashboard_config_map, operator_objects
+from motor.deploy.k8s.rbac import planner_rbac
 from motor.deploy.k8s.single_container import NAME as SINGLE_CONTAINER
 from motor.deploy.k8s.single_container import single_container_objects
 from motor.deploy.plan import COORDINATOR, Plan
@@ -52,6 +53,8 @@ def build_manifests(
     groups.append(
         ("config", [config_map(context), *secret_objects(context, token or secrets.token_urlsafe(32))])
     )
+    if plan.of_kind("planner"):
+        groups.append(("planner-rbac", planner_rbac(context)))
     if plan.deploy_mode == "single_container":
         groups.append(("single-container", single_container_objects(context)))
         pod_of = {component.name: SINGLE_CONTAINER for component in plan.components}
