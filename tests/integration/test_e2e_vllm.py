@@ -379,6 +379,53 @@ def test_the_official_anthropic_client_through_the_pd_path(deployment: Deploymen
     assert final.stop_reason == stop
 
 
+def test_a_forced_tool_call_through_the_pd_path_is_a_tool_use_block(deployment: Deployment) -> None:
+    """Anthropic tools on /v1/messages: a named tool_choice makes vLLM fill the tool's input schema (structured
+    output); the answer is a tool_use block holding vLLM's own chat answer's tool call, streamed and not."""
+    schema = {  # an enum: the random tiny model closes the JSON in about 40 tokens (a free string may not end)
+        "type": "object",
+        "properties": {"unit": {"enum": ["celsius", "fahrenheit"]}},
+        "required": ["unit"],
+        "additionalProperties": False,
+    }
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    direct = httpx.post(
+        f"{deployment.decode}/v1/chat/completions",
+        json={
+            "model": "tiny",
+            "temperature": 0,
+            "max_tokens": 128,
+            "messages": messages,
+            "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": schema}}],
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        },
+        timeout=REQUEST_TIMEOUT_S,
+    )
+    assert direct.status_code == 200, direct.text
+    assert direct.json()["choices"][0]["finish_reason"] == "stop", direct.text
+    (call,) = direct.json()["choices"][0]["message"]["tool_calls"]
+    expected = json.loads(call["function"]["arguments"])
+    client = anthropic.Anthropic(
+        api_key="unused", base_url=deployment.api_url, max_retries=0, timeout=REQUEST_TIMEOUT_S
+    )
+    request = {
+        "model": "tiny",
+        "max_tokens": 128,
+        "messages": messages,
+        "tools": [{"name": "get_weather", "description": "the weather in a city", "input_schema": schema}],
+        "tool_choice": {"type": "tool", "name": "get_weather"},
+        "extra_body": {"temperature": 0},
+    }
+    message = client.messages.create(**request)  # type: ignore[call-overload]
+    (block,) = message.content
+    assert block.type == "tool_use" and block.name == "get_weather", message
+    assert block.input == expected and message.stop_reason == "tool_use"
+    with client.messages.stream(**request) as stream:  # type: ignore[arg-type]
+        final = stream.get_final_message()
+    (streamed,) = final.content
+    assert streamed.type == "tool_use" and streamed.input == expected and final.stop_reason == "tool_use"
+
+
 def test_a_pd_request_is_one_trace_with_vllms_spans(deployment: Deployment, receiver: OtlpReceiver) -> None:
     trace_id, client_span = secrets.token_hex(16), secrets.token_hex(8)
     response = httpx.post(

@@ -104,13 +104,63 @@ def test_a_streamed_request_asks_for_the_usage_and_the_prompt_ids() -> None:
             {
                 "model": "m",
                 "max_tokens": 1,
-                "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}],
+                "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": 3}]}],
+            },
+            "messages[0].content[0].tool_use_id",
+        ),
+        (
+            {
+                "model": "m",
+                "max_tokens": 1,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "image"}]}
+                        ],
+                    }
+                ],
+            },
+            "messages[0].content[0].content[0]",
+        ),
+        (
+            {
+                "model": "m",
+                "max_tokens": 1,
+                "messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f"}]}],
             },
             "messages[0].content[0]",
         ),
         (
-            {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}], "tools": []},
+            {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}], "tools": {}},
             "tools",
+        ),
+        (
+            {
+                "model": "m",
+                "max_tokens": 1,
+                "messages": [{"role": "user", "content": "x"}],
+                "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+            },
+            "tools[0]",
+        ),
+        (
+            {
+                "model": "m",
+                "max_tokens": 1,
+                "messages": [{"role": "user", "content": "x"}],
+                "tools": [{"name": "f"}],
+            },
+            "tools[0]",
+        ),
+        (
+            {
+                "model": "m",
+                "max_tokens": 1,
+                "messages": [{"role": "user", "content": "x"}],
+                "tool_choice": {"type": "tool"},
+            },
+            "tool_choice",
         ),
         (
             {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}], "bogus": 1},
@@ -218,8 +268,8 @@ def test_a_chat_stream_becomes_anthropics_events() -> None:
     events = parse_events(first + rest)
     assert [e.type for e in events] == [
         "message_start",
-        "content_block_start",
         "ping",
+        "content_block_start",
         "content_block_delta",
         "content_block_delta",
         "content_block_stop",
@@ -230,6 +280,190 @@ def test_a_chat_stream_becomes_anthropics_events() -> None:
     assert "".join(e.delta.text for e in events if e.type == "content_block_delta") == "Hello"
     assert events[6].delta.stop_reason == "end_turn" and events[6].usage.output_tokens == 2
     assert stream.feed(sse({"choices": [{"delta": {"content": "late"}}]})) == b"", "nothing after the end"
+
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "the weather in a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def test_tools_tool_use_and_tool_results_become_chat_tools_calls_and_tool_messages() -> None:
+    chat = to_chat(
+        {
+            "model": "m",
+            "max_tokens": 8,
+            "tools": [WEATHER | {"cache_control": {"type": "ephemeral"}}],
+            "tool_choice": {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
+            "messages": [
+                {"role": "user", "content": "weather in Paris?"},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "text", "text": "Let me look."},
+                        {
+                            "type": "tool_use",
+                            "id": "toolu_1",
+                            "name": "get_weather",
+                            "input": {"city": "Paris"},
+                        },
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"},
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "toolu_2",
+                            "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+                            "is_error": True,
+                        },
+                        {"type": "text", "text": "and tomorrow?"},
+                    ],
+                },
+            ],
+        }
+    )
+    assert chat["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": WEATHER["input_schema"],
+                "description": "the weather in a city",
+            },
+        }
+    ]
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
+    assert chat["parallel_tool_calls"] is False
+    assert chat["messages"][1:] == [
+        {
+            "role": "assistant",
+            "content": "Let me look.",
+            "tool_calls": [
+                {
+                    "id": "toolu_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "toolu_2", "content": "ab"},
+        {"role": "user", "content": "and tomorrow?"},
+    ]
+    only_call = to_chat(
+        {
+            "model": "m",
+            "max_tokens": 8,
+            "messages": [
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]},
+            ],
+        }
+    )
+    assert only_call["messages"][1]["content"] is None
+    assert only_call["messages"][2:] == [{"role": "tool", "tool_call_id": "t", "content": ""}]
+
+
+@pytest.mark.parametrize(
+    ("choice", "chat_choice"),
+    [({"type": "auto"}, "auto"), ({"type": "any"}, "required"), ({"type": "none"}, "none")],
+)
+def test_tool_choices(choice: dict[str, Any], chat_choice: str) -> None:
+    chat = to_chat(
+        {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}], "tool_choice": choice}
+    )
+    assert chat["tool_choice"] == chat_choice and "parallel_tool_calls" not in chat
+
+
+def test_a_tool_call_answer_becomes_tool_use_blocks() -> None:
+    chat = {
+        "id": "chatcmpl-3",
+        "model": "m",
+        "choices": [
+            {
+                "message": {
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "chatcmpl-tool-1",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+                        }
+                    ],
+                },
+                "finish_reason": "stop",  # vLLM's answer to a named tool_choice
+            }
+        ],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 6},
+    }
+    message = Message.model_validate(message_from_chat(chat))
+    (block,) = message.content
+    assert block.type == "tool_use" and block.name == "get_weather" and block.input == {"city": "Oslo"}
+    assert block.id == "chatcmpl-tool-1" and message.stop_reason == "tool_use"
+    broken = json.loads(json.dumps(chat))
+    broken["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = "[1]"
+    with pytest.raises(ValueError):
+        message_from_chat(broken)
+    cut = json.loads(json.dumps(chat))
+    cut["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = '{"ci'
+    with pytest.raises(ValueError):
+        message_from_chat(cut)
+    cut["choices"][0]["finish_reason"] = "length"
+    truncated = Message.model_validate(message_from_chat(cut))
+    assert truncated.content[0].input == {} and truncated.stop_reason == "max_tokens"  # type: ignore[union-attr]
+
+
+def test_a_streamed_tool_call_becomes_a_tool_use_block_with_json_deltas() -> None:
+    stream = MessageStream()
+    call = {"index": 0, "id": "chatcmpl-tool-7", "type": "function", "function": {"name": "get_weather"}}
+    raw = stream.feed(
+        sse(
+            {"id": "chatcmpl-4", "model": "m", "choices": [{"index": 0, "delta": {"role": "assistant"}}]},
+            {"id": "chatcmpl-4", "choices": [{"index": 0, "delta": {"content": "Sure."}}]},
+            {"id": "chatcmpl-4", "choices": [{"index": 0, "delta": {"tool_calls": [call]}}]},
+            {
+                "id": "chatcmpl-4",
+                "choices": [
+                    {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"ci'}}]}}
+                ],
+            },
+            {
+                "id": "chatcmpl-4",
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"tool_calls": [{"index": 0, "function": {"arguments": 'ty": "Rome"}'}}]},
+                        "finish_reason": "tool_calls",
+                    }
+                ],
+            },
+            {"id": "chatcmpl-4", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 9}},
+            "[DONE]",
+        )
+    )
+    events = parse_events(raw)
+    assert [(e.type, getattr(e, "index", None)) for e in events] == [
+        ("message_start", None),
+        ("ping", None),
+        ("content_block_start", 0),
+        ("content_block_delta", 0),
+        ("content_block_stop", 0),
+        ("content_block_start", 1),
+        ("content_block_delta", 1),
+        ("content_block_delta", 1),
+        ("content_block_stop", 1),
+        ("message_delta", None),
+        ("message_stop", None),
+    ]
+    tool = events[5].content_block
+    assert tool.type == "tool_use" and tool.id == "chatcmpl-tool-7" and tool.name == "get_weather"
+    assert json.loads("".join(e.delta.partial_json for e in events[6:8])) == {"city": "Rome"}
+    assert events[9].delta.stop_reason == "tool_use"
 
 
 def test_an_error_event_after_output_ends_the_block_with_an_error() -> None:

@@ -2,8 +2,13 @@
 completions body (`to_chat`), a chat completion becomes a message (`message_from_chat`), a chat stream becomes
 Anthropic's events (`MessageStream`), an OpenAI error body becomes Anthropic's error shape (`error_from_openai`).
 
-What has no chat equivalent the coordinator can carry is refused with a 400 naming the field: tools and
-tool_choice (tool_use / tool_result blocks), thinking, documents. Text and images (base64 or URL) are carried.
+Carried: text, images (base64 or URL), and custom tools — `tools` as chat functions, `tool_choice` (auto, any →
+required, tool → the named function, none; `disable_parallel_tool_use` → `parallel_tool_calls: false`), an
+assistant turn's `tool_use` blocks as its `tool_calls` (input → JSON arguments), a user turn's `tool_result` blocks
+as `tool` messages ahead of the rest of the turn, and the answer's tool calls back as `tool_use` blocks (streamed as
+`input_json_delta`s). What has no chat equivalent is refused with a 400 naming the field: Anthropic's own server
+tools, thinking, documents, images inside a tool result. A tool result's `is_error` has none either: accepted,
+not carried (as vLLM's own /v1/messages does).
 """
 
 import json
@@ -24,13 +29,12 @@ KNOWN_FIELDS = frozenset(
         "top_k",
         "metadata",
         "service_tier",
+        "tools",
+        "tool_choice",
     }
 )
-REFUSED_FIELDS = {
-    "tools": "tools are not carried on /v1/messages yet; use /v1/chat/completions for tool calls",
-    "tool_choice": "tools are not carried on /v1/messages yet; use /v1/chat/completions for tool calls",
-    "thinking": "extended thinking is not carried on /v1/messages",
-}
+REFUSED_FIELDS = {"thinking": "extended thinking is not carried on /v1/messages"}
+TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -63,8 +67,14 @@ def to_chat(body: object) -> dict[str, Any]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty list", param="messages")
-    chat_messages = [*_system(body.get("system")), *(_message(m, i) for i, m in enumerate(messages))]
+    chat_messages = [*_system(body.get("system"))]
+    for index, message in enumerate(messages):
+        chat_messages += _messages(message, index)
     chat: dict[str, Any] = {"model": body.get("model"), "max_tokens": max_tokens, "messages": chat_messages}
+    if "tools" in body:
+        chat["tools"] = _tools(body["tools"])
+    if "tool_choice" in body:
+        _tool_choice(body["tool_choice"], chat)
     for name in ("temperature", "top_p", "top_k"):
         if name in body:
             chat[name] = body[name]
@@ -94,7 +104,8 @@ def _system(system: object) -> list[dict[str, Any]]:
     raise bad_request("'system' must be a string or a list of text blocks", param="system")
 
 
-def _message(message: object, index: int) -> dict[str, Any]:
+def _messages(message: object, index: int) -> list[dict[str, Any]]:
+    """The chat messages of one turn: a user turn's tool results become `tool` messages ahead of the rest."""
     where = f"messages[{index}]"
     if not isinstance(message, dict):
         raise bad_request(f"'{where}' must be an object", param=where)
@@ -103,30 +114,125 @@ def _message(message: object, index: int) -> dict[str, Any]:
         raise bad_request(f"'{where}.role' must be 'user' or 'assistant'", param=f"{where}.role")
     content = message.get("content")
     if isinstance(content, str):
-        return {"role": role, "content": content}
+        return [{"role": role, "content": content}]
     if not isinstance(content, list):
         raise bad_request(f"'{where}.content' must be a string or a list of blocks", param=f"{where}.content")
-    parts = [_part(block, f"{where}.content[{i}]") for i, block in enumerate(content)]
-    if role == "assistant" or all(part["type"] == "text" for part in parts):
-        if any(part["type"] != "text" for part in parts):
-            raise bad_request(f"'{where}': an assistant turn carries text only", param=f"{where}.content")
-        return {"role": role, "content": "".join(part["text"] for part in parts)}
-    return {"role": role, "content": parts}
+    blocks = [(block, f"{where}.content[{i}]") for i, block in enumerate(content)]
+    if role == "assistant":
+        return [_assistant_turn(blocks, where)]
+    results = [_tool_result(block, at) for block, at in blocks if _kind(block) == "tool_result"]
+    parts = [_part(block, at) for block, at in blocks if _kind(block) != "tool_result"]
+    if not parts:
+        return results
+    if all(part["type"] == "text" for part in parts):
+        return [*results, {"role": "user", "content": "".join(part["text"] for part in parts)}]
+    return [*results, {"role": "user", "content": parts}]
+
+
+def _kind(block: object) -> object:
+    return block.get("type") if isinstance(block, dict) else None
+
+
+def _assistant_turn(blocks: list[tuple[object, str]], where: str) -> dict[str, Any]:
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block, at in blocks:
+        if _kind(block) == "tool_use":
+            calls.append(_tool_call(block, at))
+        elif _kind(block) == "text":
+            texts.append(_text_block(block, at))
+        else:
+            raise bad_request(f"'{at}': an assistant turn carries text and tool_use blocks", param=at)
+    turn: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
+    if calls:
+        turn["tool_calls"] = calls
+    return turn
+
+
+def _tool_call(block: object, where: str) -> dict[str, Any]:
+    assert isinstance(block, dict)
+    call_id, name, arguments = block.get("id"), block.get("name"), block.get("input", {})
+    if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(arguments, dict):
+        raise bad_request(
+            f"'{where}': a tool_use block needs a string id and name and an object input", param=where
+        )
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def _tool_result(block: object, where: str) -> dict[str, Any]:
+    assert isinstance(block, dict)
+    call_id, content = block.get("tool_use_id"), block.get("content", "")
+    if not isinstance(call_id, str):
+        raise bad_request(f"'{where}.tool_use_id' must be a string", param=f"{where}.tool_use_id")
+    if isinstance(content, list):
+        content = "".join(_tool_result_text(part, f"{where}.content[{i}]") for i, part in enumerate(content))
+    elif not isinstance(content, str):
+        raise bad_request(
+            f"'{where}.content' must be a string or a list of text blocks", param=f"{where}.content"
+        )
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def _tool_result_text(block: object, where: str) -> str:
+    if _kind(block) != "text":
+        raise bad_request(
+            f"'{where}': a tool result carries text blocks only (images in tool results are not carried)",
+            param=where,
+            code="unsupported_field",
+        )
+    return _text_block(block, where)
+
+
+def _tools(tools: object) -> list[dict[str, Any]]:
+    if not isinstance(tools, list):
+        raise bad_request("'tools' must be a list", param="tools")
+    return [_tool(tool, f"tools[{i}]") for i, tool in enumerate(tools)]
+
+
+def _tool(tool: object, where: str) -> dict[str, Any]:
+    if not isinstance(tool, dict):
+        raise bad_request(f"'{where}' must be an object", param=where)
+    if tool.get("type", "custom") != "custom":
+        raise bad_request(
+            f"'{where}': {tool.get('type')!r} is one of Anthropic's server tools, which only Anthropic runs; "
+            "motor carries custom tools (name, description, input_schema)",
+            param=where,
+            code="unsupported_field",
+        )
+    name, schema, description = tool.get("name"), tool.get("input_schema"), tool.get("description")
+    if not isinstance(name, str) or not isinstance(schema, dict):
+        raise bad_request(f"'{where}' needs a string name and an object input_schema", param=where)
+    function: dict[str, Any] = {"name": name, "parameters": schema}
+    if isinstance(description, str):
+        function["description"] = description
+    return {"type": "function", "function": function}
+
+
+def _tool_choice(choice: object, chat: dict[str, Any]) -> None:
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if kind == "tool" and isinstance(choice, dict) and isinstance(choice.get("name"), str):
+        chat["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
+    elif kind in TOOL_CHOICES:
+        chat["tool_choice"] = TOOL_CHOICES[kind]  # type: ignore[index]
+    else:
+        raise bad_request(
+            "'tool_choice' must be {'type': 'auto' | 'any' | 'none'} or {'type': 'tool', 'name': ...}",
+            param="tool_choice",
+        )
+    assert isinstance(choice, dict)
+    if choice.get("disable_parallel_tool_use") is True:
+        chat["parallel_tool_calls"] = False
 
 
 def _part(block: object, where: str) -> dict[str, Any]:
-    kind = block.get("type") if isinstance(block, dict) else None
+    kind = _kind(block)
     if kind == "text":
         return {"type": "text", "text": _text_block(block, where)}
     if kind == "image":
         assert isinstance(block, dict)
         return {"type": "image_url", "image_url": {"url": _image_url(block.get("source"), f"{where}.source")}}
-    if kind in ("tool_use", "tool_result"):
-        raise bad_request(
-            f"'{where}': {kind} blocks are not carried on /v1/messages yet; use /v1/chat/completions",
-            param=where,
-            code="unsupported_field",
-        )
+    if kind == "tool_use":
+        raise bad_request(f"'{where}': tool_use blocks belong to assistant turns", param=where)
     raise bad_request(f"'{where}': blocks of type {kind!r} are not carried (text and image are)", param=where)
 
 
@@ -167,21 +273,48 @@ def stop_of(choice: dict[str, Any]) -> tuple[str, str | None]:
 def message_from_chat(chat: dict[str, Any]) -> dict[str, Any]:
     choices = chat.get("choices") or [{}]
     choice = choices[0] if isinstance(choices[0], dict) else {}
-    text = (choice.get("message") or {}).get("content") or ""
+    message = choice.get("message") or {}
+    text = message.get("content") or ""
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     stop_reason, stop_sequence = stop_of(choice)
+    cut = stop_reason == "max_tokens"
+    content += [_tool_use(call, cut) for call in message.get("tool_calls") or ()]
+    if len(content) > bool(text) and stop_reason == "end_turn":  # vLLM ends a forced tool call with "stop"
+        stop_reason = "tool_use"
     usage = chat.get("usage") or {}
     return {
         "id": message_id(chat.get("id")),
         "type": "message",
         "role": "assistant",
         "model": chat.get("model"),
-        "content": [{"type": "text", "text": text}] if text else [],
+        "content": content,
         "stop_reason": stop_reason,
         "stop_sequence": stop_sequence,
         "usage": {
             "input_tokens": usage.get("prompt_tokens", 0),
             "output_tokens": usage.get("completion_tokens", 0),
         },
+    }
+
+
+def _tool_use(call: dict[str, Any], cut: bool) -> dict[str, Any]:
+    """A chat tool call as a tool_use block. Arguments that are not a JSON object are the engine's fault (a
+    ValueError: the answer becomes a 502) unless max_tokens `cut` them short: then the input is empty, and the
+    stop reason `max_tokens` says why."""
+    function = call["function"]
+    try:
+        arguments = json.loads(function.get("arguments") or "{}")
+    except ValueError:
+        if not cut:
+            raise
+        arguments = {}
+    if not isinstance(arguments, dict):
+        raise ValueError("the engine's tool call arguments are not a JSON object")
+    return {
+        "type": "tool_use",
+        "id": call.get("id") or "toolu_motor",
+        "name": function["name"],
+        "input": arguments,
     }
 
 
@@ -214,13 +347,18 @@ def event(kind: str, payload: dict[str, Any]) -> bytes:
 
 
 class MessageStream:
-    """Turns a chat completions stream (whole SSE events, as the relay sends them) into Anthropic's events."""
+    """Turns a chat completions stream (whole SSE events, as the relay sends them) into Anthropic's events. A
+    content block opens with its first delta: text, or a tool call (whose argument fragments become
+    `input_json_delta`s); the one open is closed when the next begins and at the end."""
 
     def __init__(self) -> None:
         self.started = False
         self.ended = False
         self._stop: tuple[str, str | None] = ("end_turn", None)
         self._usage: dict[str, Any] = {}
+        self._blocks = 0  # content blocks opened so far; the open one, if any, is the last
+        self._open: tuple[str, int] | None = None  # ("text", 0) or ("tool", the chat tool call's index)
+        self._tool_used = False
 
     def feed(self, events: bytes) -> bytes:
         out: list[bytes] = []
@@ -243,29 +381,61 @@ class MessageStream:
         error = chunk.get("error")
         if isinstance(error, dict):
             self.ended = True
-            close = (
-                event("content_block_stop", {"type": "content_block_stop", "index": 0})
-                if self.started
-                else b""
+            return self._close() + event(
+                "error", error_object(502, str(error.get("message", "the stream failed")))
             )
-            return close + event("error", error_object(502, str(error.get("message", "the stream failed"))))
         out = b"" if self.started else self._start(chunk)
         if isinstance(chunk.get("usage"), dict):
             self._usage = chunk["usage"]
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict):
                 continue
-            text = (choice.get("delta") or {}).get("content")
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
             if text:
-                delta = {
-                    "type": "content_block_delta",
-                    "index": 0,
-                    "delta": {"type": "text_delta", "text": text},
-                }
-                out += event("content_block_delta", delta)
+                out += self._text(text)
+            for call in delta.get("tool_calls") or ():
+                if isinstance(call, dict):
+                    out += self._tool_call(call)
             if choice.get("finish_reason") is not None:
                 self._stop = stop_of(choice)
         return out
+
+    def _text(self, text: str) -> bytes:
+        out = b""
+        if self._open != ("text", 0):
+            out = self._close() + self._begin({"type": "text", "text": ""}, ("text", 0))
+        return out + self._delta({"type": "text_delta", "text": text})
+
+    def _tool_call(self, call: dict[str, Any]) -> bytes:
+        index = call.get("index", 0)
+        function = call.get("function") or {}
+        out = b""
+        if self._open != ("tool", index):
+            self._tool_used = True
+            block = {"type": "tool_use", "id": call.get("id") or f"toolu_motor_{index}", "input": {}}
+            block["name"] = function.get("name") or ""
+            out = self._close() + self._begin(block, ("tool", index))
+        arguments = function.get("arguments")
+        if arguments:
+            out += self._delta({"type": "input_json_delta", "partial_json": arguments})
+        return out
+
+    def _begin(self, block: dict[str, Any], kind: tuple[str, int]) -> bytes:
+        self._open = kind
+        self._blocks += 1
+        start = {"type": "content_block_start", "index": self._blocks - 1, "content_block": block}
+        return event("content_block_start", start)
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        payload = {"type": "content_block_delta", "index": self._blocks - 1, "delta": delta}
+        return event("content_block_delta", payload)
+
+    def _close(self) -> bytes:
+        if self._open is None:
+            return b""
+        self._open = None
+        return event("content_block_stop", {"type": "content_block_stop", "index": self._blocks - 1})
 
     def _start(self, chunk: dict[str, Any]) -> bytes:
         self.started = True
@@ -285,23 +455,22 @@ class MessageStream:
             "stop_sequence": None,
             "usage": {"input_tokens": input_tokens, "output_tokens": 0},
         }
-        block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
-        return (
-            event("message_start", {"type": "message_start", "message": message})
-            + event("content_block_start", block)
-            + event("ping", {"type": "ping"})
+        return event("message_start", {"type": "message_start", "message": message}) + event(
+            "ping", {"type": "ping"}
         )
 
     def _finish(self) -> bytes:
         self.ended = True
         stop_reason, stop_sequence = self._stop
+        if self._tool_used and stop_reason == "end_turn":  # vLLM ends a forced tool call with "stop"
+            stop_reason = "tool_use"
         usage: dict[str, Any] = {"output_tokens": self._usage.get("completion_tokens", 0)}
         if "prompt_tokens" in self._usage:
             usage["input_tokens"] = self._usage["prompt_tokens"]
         out = b"" if self.started else self._start({})
         return (
             out
-            + event("content_block_stop", {"type": "content_block_stop", "index": 0})
+            + self._close()
             + event(
                 "message_delta",
                 {
