@@ -158,6 +158,9 @@ class Core:
         while True:
             await asyncio.sleep(interval)
             self.metrics.flush()
+            if self.kv is not None:
+                for instance, tier, blocks in self.kv.held_blocks():
+                    self.metrics.kv_events.held(instance, tier, blocks)
             if not self.active:
                 continue
             now = time.perf_counter()
@@ -192,4 +195,4 @@ def kv_routing(settings: CoordinatorSettings, metrics: CoordinatorMetrics) -> Kv
             "scheduler_type kv_cache_affinity needs the engines' block hashing (the spec's kv_index)"
         )
     tokenizer = load_prompt_tokenizer(spec.engine_type, spec.model_path)
-    return KvRouting.create(spec, tokenizer, pool_answered=metrics.pool_answered)
+    return KvRouting.create(spec, tokenizer, pool_answered=metrics.pool_answered, feeds=metrics.kv_events)

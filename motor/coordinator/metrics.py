@@ -136,6 +136,7 @@ class CoordinatorMetrics:
             "kv_cache_affinity: leading prompt blocks the KV pool said it held, over the queries it answered",
             registry=registry,
         )
+        self.kv_events = KvEventMetrics(registry)
         self.prefill_stalls = Counter(
             "motor_coordinator_prefill_stalls",
             "Prefill legs that missed their own deadline (prompt size / the instance's measured prefill rate) and "
@@ -204,6 +205,105 @@ class CoordinatorMetrics:
             return
         self.kv_pool_queries.labels("answered").inc()
         self.kv_pool_blocks.inc(blocks)
+
+
+FEED_STATES = ("connected", "disconnected", "stopped")
+INDEX_TIERS = ("device", "cpu", "disk")
+
+
+class KvEventMetrics:
+    """kv_cache_affinity's KV event intake, per publishing instance (the subscriber's `FeedObserver`), and what the
+    index holds. Every worker process subscribes to every publisher: counters add up over the workers (each
+    worker counts every batch), gauges give the highest value among live workers."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.events = Counter(
+            "motor_coordinator_kv_events",
+            "kv_cache_affinity: KV event messages received from an instance (its live batches and replayed ones), "
+            "by what the index did with them: applied, duplicate (already applied), restarted (the engine's "
+            "sequence went back to 0: what the index knew of it was dropped), gap (batches missing before it), "
+            "undecodable (not a KV event message: skipped)",
+            ["instance", "outcome"],
+            registry=registry,
+        )
+        self.replays = Counter(
+            "motor_coordinator_kv_event_replays",
+            "kv_cache_affinity: replays asked of an instance's replay socket (on subscribing, and on a gap), by "
+            "result: complete or failed (no answer in time, or the engine's buffer no longer held the batches)",
+            ["instance", "result"],
+            registry=registry,
+        )
+        self.resyncs = Counter(
+            "motor_coordinator_kv_event_resyncs",
+            "kv_cache_affinity: gaps no replay could fill: what the index knew of the instance was forgotten and "
+            "rebuilt from the next batch",
+            ["instance"],
+            registry=registry,
+        )
+        self.feed = Gauge(
+            "motor_coordinator_kv_event_feed",
+            "kv_cache_affinity: 1 for the state of the subscription to an instance's KV event publisher: "
+            "connected, disconnected (not yet reached, or the publisher went away: its engine died or its "
+            "socket closed) or stopped (the instance left the set)",
+            ["instance", "state"],
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+        self.disconnects = Counter(
+            "motor_coordinator_kv_event_disconnects",
+            "kv_cache_affinity: times the subscription to an instance's KV event publisher lost its connection (the "
+            "engine died, restarted or closed its socket)",
+            ["instance"],
+            registry=registry,
+        )
+        self.last_batch = Gauge(
+            "motor_coordinator_kv_event_last_batch_timestamp_seconds",
+            "kv_cache_affinity: Unix time of the last KV event batch from an instance (seconds since: time() - "
+            "this); an idle engine publishes nothing, a dead one also disconnects",
+            ["instance"],
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+        self.blocks = Gauge(
+            "motor_coordinator_kv_index_blocks",
+            "kv_cache_affinity: blocks the index holds for an instance, per tier (device: its own KV cache, cpu, "
+            "disk), as of the last sweep (at most 0.5 s old)",
+            ["instance", "tier"],
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+        self._events: dict[tuple[str, str], Any] = {}
+        self._held: dict[tuple[str, str], int] = {}
+        self._states: dict[str, str] = {}
+
+    def batch(self, instance: str, outcome: str) -> None:
+        child = self._events.get((instance, outcome))
+        if child is None:
+            child = self._events[(instance, outcome)] = self.events.labels(instance, outcome)
+        child.inc()
+        if outcome != "undecodable":
+            self.last_batch.labels(instance).set_to_current_time()
+
+    def replay(self, instance: str, complete: bool) -> None:
+        self.replays.labels(instance, "complete" if complete else "failed").inc()
+
+    def resync(self, instance: str) -> None:
+        self.resyncs.labels(instance).inc()
+
+    def feed_state(self, instance: str, state: str) -> None:
+        if self._states.get(instance) == "connected" and state == "disconnected":
+            self.disconnects.labels(instance).inc()
+        self._states[instance] = state
+        for name in FEED_STATES:
+            self.feed.labels(instance, name).set(1 if name == state else 0)
+        if state == "stopped":
+            for tier in INDEX_TIERS:
+                self.held(instance, tier, 0)
+
+    def held(self, instance: str, tier: str, blocks: int) -> None:
+        if self._held.get((instance, tier)) != blocks:
+            self._held[(instance, tier)] = blocks
+            self.blocks.labels(instance, tier).set(blocks)
 
 
 class InstanceCollector(Collector):

@@ -6,6 +6,11 @@ The scenario of issue 22: 3 aggregated instances whose prefix caches each hold a
 """
 
 import json
+import os
+import re
+import signal
+import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -95,12 +100,56 @@ def clusters(tmp_path: Path) -> Iterator[Callable[[str], LocalRun]]:
         local_job.stop(run.run_root, run.job_id)
 
 
+def engine_pid(run: LocalRun, instance: str) -> int:
+    """`instance`'s sim engine: the child of the engine server its node manager recorded, checked by its command
+    line so the kill cannot hit another process."""
+    wrapper = json.loads((run.run_dir / instance / "engine.pid").read_text())["pid"]
+    (engine,) = Path(f"/proc/{wrapper}/task/{wrapper}/children").read_text().split()
+    argv = Path(f"/proc/{engine}/cmdline").read_bytes().decode().split("\0")
+    assert "motor.engine.sim" in argv, argv
+    return int(engine)
+
+
+def feeds(run: LocalRun) -> dict[str, str]:
+    """Each publishing instance's subscription state, as the coordinator's workers report it."""
+    with urllib.request.urlopen(f"{run.mgmt_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    found = re.findall(r'motor_coordinator_kv_event_feed\{instance="([^"]+)",state="([a-z]+)"\} 1\.0', text)
+    return dict(found)
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
 def test_every_repeat_hits_with_three_workers_where_text_affinity_and_load_balance_miss(
     clusters: Callable[[str], LocalRun],
 ) -> None:
     kv_routed = clusters("kv_cache_affinity")
     hits, cached = cached_repeats(kv_routed)
     assert hits == PROMPTS * (ROUNDS - 1), f"{hits} of {len(cached)} repeats hit; cached tokens {cached}"
+
+    # the intake shows in the metrics (summed over the 3 workers, each of which receives every batch)
+    subscribed = feeds(kv_routed)
+    assert sorted(subscribed.values()) == ["connected"] * 3, subscribed
+    for key in subscribed:
+        assert metric_at(
+            kv_routed.mgmt_url, f'motor_coordinator_kv_events_total{{instance="{key}",outcome="applied"}}'
+        )
+        assert metric_at(
+            kv_routed.mgmt_url, f'motor_coordinator_kv_index_blocks{{instance="{key}",tier="device"}}'
+        )
+    # an engine that dies is seen by every worker, and routing goes on
+    victim = next(key for key in subscribed if key.startswith("union-1"))
+    os.kill(engine_pid(kv_routed, "union-1"), signal.SIGKILL)
+    disconnects = f'motor_coordinator_kv_event_disconnects_total{{instance="{victim}"}}'
+    wait_for(lambda: metric_at(kv_routed.mgmt_url, disconnects) >= 3, "all three workers to see it go")
+    with httpx.Client(base_url=kv_routed.api_url, timeout=30) as client:
+        body = {"model": "sim-model", "prompt": prompt(0), "max_tokens": 2}
+        assert client.post("/v1/completions", json=body).status_code == 200
     local_job.stop(kv_routed.run_root, kv_routed.job_id)
 
     # the same traffic without the index: each worker's private text LRU knows a third of it, and load alone

@@ -13,7 +13,10 @@ Per endpoint (`EndpointFeed`):
 - an engine restart (its sequence back at 0) drops its entries (`KvIndex.apply`);
 - undecodable messages are counted and skipped; an endpoint that leaves the instance set is forgotten.
 A publisher that falls silent is not a fault (an idle engine publishes nothing); when its instance leaves, its
-entries go.
+entries go. A publisher that dies is seen at once: ZMQ tells the subscription it disconnected.
+
+What happens is told to a `FeedObserver` (the coordinator's metrics): each batch's outcome, replays, resyncs, and
+the subscription's state (`connected`, `disconnected`, `stopped` once the instance left).
 """
 
 import asyncio
@@ -21,9 +24,11 @@ import contextlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 import zmq
 import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
 
 from motor.coordinator.registry import Target
 from motor.kv.events import EventBatch, EventDecodeError, decode_message, replay_request
@@ -35,13 +40,36 @@ REPLAY_TIMEOUT_S = 1.0
 RECEIVE_HWM = 100_000
 
 
-@dataclass
-class FeedStats:
-    messages: int = 0
-    undecodable: int = 0
-    replays: int = 0
-    replay_failures: int = 0
-    resyncs: int = 0
+UNDECODABLE = "undecodable"  # a message's outcome beside the index's own (`Outcome`)
+CONNECTION_EVENTS = {zmq.EVENT_CONNECTED: "connected", zmq.EVENT_DISCONNECTED: "disconnected"}
+
+
+class FeedObserver(Protocol):
+    def batch(self, instance: str, outcome: str) -> None:
+        """A message arrived: what the index did with it (an `Outcome` value), or `undecodable`."""
+
+    def replay(self, instance: str, complete: bool) -> None:
+        """A replay was asked of the engine (on connect, on a gap); complete: it ended with its end marker."""
+
+    def resync(self, instance: str) -> None:
+        """A gap no replay could fill: the instance was forgotten, the index goes on from the next batch."""
+
+    def feed_state(self, instance: str, state: str) -> None:
+        """The subscription is `connected`, `disconnected` (not yet, or the publisher is gone) or `stopped`."""
+
+
+class NoObserver:
+    def batch(self, instance: str, outcome: str) -> None:
+        pass
+
+    def replay(self, instance: str, complete: bool) -> None:
+        pass
+
+    def resync(self, instance: str) -> None:
+        pass
+
+    def feed_state(self, instance: str, state: str) -> None:
+        pass
 
 
 @dataclass(frozen=True)
@@ -52,11 +80,13 @@ class FeedAddress:
 
 
 class EndpointFeed:
-    def __init__(self, address: FeedAddress, index: KvIndex, context: zmq.asyncio.Context, stats: FeedStats):
+    def __init__(
+        self, address: FeedAddress, index: KvIndex, context: zmq.asyncio.Context, observer: FeedObserver
+    ) -> None:
         self.address = address
         self.index = index
         self.context = context
-        self.stats = stats
+        self.observer = observer
         self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -73,38 +103,61 @@ class EndpointFeed:
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
         self.index.remove_instance(self.address.key)
+        self.observer.feed_state(self.address.key, "stopped")
 
     async def _run(self) -> None:
+        key = self.address.key
         sub = self.context.socket(zmq.SUB)
         sub.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
         sub.setsockopt(zmq.LINGER, 0)
         sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.observer.feed_state(key, "disconnected")
+        monitor = sub.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        watching = asyncio.create_task(self._watch(monitor), name=f"kv-events-monitor-{key}")
         sub.connect(self.address.events)
         try:
             await self._replay(0)
             while True:
                 frames = await sub.recv_multipart()
-                self.stats.messages += 1
                 try:
                     batch = decode_message(frames)
                 except EventDecodeError as exc:
-                    self.stats.undecodable += 1
-                    log.debug("kv events from %s: %s", self.address.key, exc)
+                    self.observer.batch(key, UNDECODABLE)
+                    log.debug("kv events from %s: %s", key, exc)
                     continue
                 if batch is not None:
                     await self._apply(batch)
         finally:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
+            sub.disable_monitor()
+            monitor.close(linger=0)
             sub.close(linger=0)
+
+    async def _watch(self, monitor: zmq.asyncio.Socket) -> None:
+        """The subscription's connection events, as the observer's feed states."""
+        while True:
+            event = parse_monitor_message(await monitor.recv_multipart())["event"]
+            state = CONNECTION_EVENTS.get(event)
+            if state is not None:
+                self.observer.feed_state(self.address.key, state)
+                if state == "disconnected":
+                    log.warning(
+                        "kv events: the publisher of %s went away (%s)", self.address.key, self.address.events
+                    )
 
     async def _apply(self, batch: EventBatch) -> None:
         key = self.address.key
-        if self.index.apply(key, batch) is not Outcome.GAP:
+        outcome = self.index.apply(key, batch)
+        self.observer.batch(key, outcome.value)
+        if outcome is not Outcome.GAP:
             return
         expected = self.index.expected_sequence(key)
         replayed = expected is not None and await self._replay(expected)
         if replayed and self.index.apply(key, batch) is not Outcome.GAP:
             return
-        self.stats.resyncs += 1
+        self.observer.resync(key)
         self.index.resync(key)
         self.index.apply(key, batch)
 
@@ -112,7 +165,6 @@ class EndpointFeed:
         """Apply the engine's buffered batches from `start`; False when the replay did not complete."""
         if self.address.replay is None:
             return False
-        self.stats.replays += 1
         dealer = self.context.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
         dealer.connect(self.address.replay)
@@ -122,11 +174,15 @@ class EndpointFeed:
                 frames = await asyncio.wait_for(dealer.recv_multipart(), REPLAY_TIMEOUT_S)
                 batch = decode_message(frames[1:])  # after the ROUTER's empty delimiter
                 if batch is None:
+                    self.observer.replay(self.address.key, True)
                     return True
-                if self.index.apply(self.address.key, batch) is Outcome.GAP:
+                outcome = self.index.apply(self.address.key, batch)
+                self.observer.batch(self.address.key, outcome.value)
+                if outcome is Outcome.GAP:
+                    self.observer.replay(self.address.key, False)
                     return False
         except (TimeoutError, EventDecodeError, zmq.ZMQError) as exc:
-            self.stats.replay_failures += 1
+            self.observer.replay(self.address.key, False)
             log.debug("kv event replay from %s failed: %s", self.address.key, exc)
             return False
         finally:
@@ -136,9 +192,9 @@ class EndpointFeed:
 class KvEventSubscriber:
     """Keeps one feed per endpoint that publishes KV events, following the instance set."""
 
-    def __init__(self, index: KvIndex) -> None:
+    def __init__(self, index: KvIndex, observer: FeedObserver | None = None) -> None:
         self.index = index
-        self.stats = FeedStats()
+        self.observer = observer or NoObserver()
         self._context = zmq.asyncio.Context()
         self._feeds: dict[FeedAddress, EndpointFeed] = {}
         self._pending: set[asyncio.Task[None]] = set()
@@ -155,8 +211,12 @@ class KvEventSubscriber:
             self._pending.add(task)
             task.add_done_callback(self._pending.discard)
         for address in wanted - self._feeds.keys():
-            feed = self._feeds[address] = EndpointFeed(address, self.index, self._context, self.stats)
+            feed = self._feeds[address] = EndpointFeed(address, self.index, self._context, self.observer)
             feed.start()
+
+    def instances(self) -> list[str]:
+        """The instances whose events this process follows."""
+        return [address.key for address in self._feeds]
 
     async def close(self) -> None:
         feeds, self._feeds = list(self._feeds.values()), {}
