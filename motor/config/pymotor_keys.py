@@ -446,7 +446,7 @@ _warned(
     "dynamic_bucket_short_median dynamic_bucket_long_median dynamic_bucket_border dynamic_bucket_length_scale "
     "dynamic_bucket_load_scale dynamic_bucket_short_bucket_count dynamic_bucket_long_bucket_count",
     "motor has no dynamic_bucket policy: decode legs go where scheduler_type's decode placement puts them "
-    "(load_balance: the least outstanding requests and tokens)",
+    "(load_balance: the least in-flight load, tokens to compute and KV held)",
 )
 _warned(
     _S,
@@ -469,7 +469,7 @@ _motor_own(
 _warned(
     _S,
     "endpoint_instance_score_weight",
-    "motor's load_balance scores instances by outstanding requests and tokens",
+    "motor's load_balance ranks endpoints by in-flight load alone (tokens to compute and KV held)",
 )
 _FLAT_KV_AFFINITY_NOTE = (
     "deprecated flat spellings of kv_affinity.<key>; the nested key wins when both are given"

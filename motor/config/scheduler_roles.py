@@ -30,7 +30,7 @@ DECODE_PLACEMENT = {
 }
 _PLACEMENT_TEXT = {
     "round_robin": "in turn (round_robin)",
-    "load_balance": "on the least outstanding requests and tokens (load_balance)",
+    "load_balance": "on the least in-flight load, tokens to compute and KV held (load_balance)",
     "pd_aware": "by the KV they hold and their batch (pd_aware)",
 }
 

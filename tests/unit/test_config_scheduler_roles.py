@@ -60,8 +60,8 @@ def test_a_decode_side_motor_does_not_follow_is_warned_naming_what_motor_does() 
     assert policy == "load_balance"
     assert warnings == [
         f"{WHERE}.decode_scheduler_type: 'round_robin' is not what motor does with decode legs: it runs one policy, "
-        "the prefill side's 'load_balance', which places them on the least outstanding requests and tokens "
-        "(load_balance)"
+        "the prefill side's 'load_balance', which places them on the least in-flight load, tokens to compute and "
+        "KV held (load_balance)"
     ]
 
 
@@ -72,7 +72,7 @@ def test_dynamic_bucket_on_decode_is_warned_and_refused_on_prefill() -> None:
     assert policy == "kv_cache_affinity"
     assert warnings == [
         f"{WHERE}.decode_scheduler_type: motor has no dynamic_bucket policy; under 'kv_cache_affinity' decode legs "
-        "are placed on the least outstanding requests and tokens (load_balance)"
+        "are placed on the least in-flight load, tokens to compute and KV held (load_balance)"
     ]
     issues = issues_of(*with_scheduler(prefill_scheduler_type="dynamic_bucket"))
     assert issues == {
