@@ -25,7 +25,7 @@ from motor.cli.config_args import (
     report_problems,
 )
 from motor.cli.failures import EXIT_FAILED
-from motor.cli.validate import checked_engine_args
+from motor.cli.validate import checked_engine_args, checked_tokenizer
 from motor.config import ConfigError, Topology, load_documents
 from motor.config.models import KUBERNETES_MODES
 from motor.deploy import local
@@ -252,7 +252,7 @@ def _deploy_local(topology: Topology, run_root: Path, args: argparse.Namespace) 
     plan = _plan(topology, "local", config_dir=str(job_dir / "config"), run_dir=str(job_dir))
     if isinstance(plan, int):
         return plan
-    refused = checked_engine_args(topology, plan)
+    refused = checked_tokenizer(topology) or checked_engine_args(topology, plan)
     if refused is not None:
         return refused
     return local_job.deploy(plan, topology, run_root)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from motor.cli.config_args import add_config_arguments, load_topology, report_problems
 from motor.cli.engine_args import check_engine_args
-from motor.config import ConfigError, Topology
+from motor.cli.tokenizer_check import check_tokenizer
+from motor.config import ConfigError, ConfigIssue, Topology
 from motor.deploy.plan import Plan, build_plan
 from motor.kv.pool import engine_store_config, master_args
 from motor.protocol import env
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return report_problems(exc, f"the plan of job {topology.user.motor_deploy_config.job_id}")
     if topology.user.motor_deploy_config.deploy_mode == "local":
-        refused = checked_engine_args(topology, plan)
+        refused = checked_tokenizer(topology) or checked_engine_args(topology, plan)
         if refused is not None:
             return refused
     print(summary(topology))
@@ -54,11 +55,23 @@ def checked_engine_args(topology: Topology, plan: Plan) -> int | None:
     to stderr), else the exit code after reporting each refused key."""
     print("checking the engine commands with the installed engines' own argument parsers", file=sys.stderr)
     checked = check_engine_args(topology, plan)
-    for note in checked.notes:
+    return _reported(checked.issues, checked.notes, topology, "the engine commands")
+
+
+def checked_tokenizer(topology: Topology) -> int | None:
+    """A local kv_cache_affinity job's coordinator finds the engines' tokenizer here: None when it does (notes
+    go to stderr), else the exit code after reporting where it does not."""
+    checked = check_tokenizer(topology)
+    return _reported(checked.issues, checked.notes, topology, "the coordinator's tokenizer")
+
+
+def _reported(issues: list[ConfigIssue], notes: list[str], topology: Topology, what: str) -> int | None:
+    for note in notes:
         print(f"note: {note}", file=sys.stderr)
-    if checked.issues:
-        job = topology.user.motor_deploy_config.job_id
-        return report_problems(ConfigError(checked.issues), f"the engine commands of job {job}")
+    if issues:
+        return report_problems(
+            ConfigError(issues), f"{what} of job {topology.user.motor_deploy_config.job_id}"
+        )
     return None
 
 

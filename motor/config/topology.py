@@ -11,6 +11,7 @@ from motor.config.compat import NODE_MANAGER_KEY
 from motor.config.encoder import ENCODE_SECTION, check_encode_connectors, encode_section
 from motor.config.errors import ConfigIssue
 from motor.config.hardware import HARDWARE
+from motor.config.kv_routing import check_kv_routing
 from motor.config.models import (
     KUBERNETES_MODES,
     LEGACY_DEPLOY_MODE_PROFILE,
@@ -162,6 +163,7 @@ def build_topology(
         "kv_cache_pool_config" if user.kv_cache_pool_config is not None else "kv_cache_store_config"
     )
     pool = _pool(user, transfer, pool_section, issues, warnings)
+    check_kv_routing(user, sections, engine_configs, pool is not None, issues)
     engine_env = _engine_env(env, sections, pool, issues)
     if pool is not None:
         _check_lease(pool, pool_section, env, sections, issues)

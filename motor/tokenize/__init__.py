@@ -16,6 +16,7 @@ from motor.tokenize.prompt import (
     PromptTokenizer,
     SimPromptTokenizer,
     TokenizerUnavailable,
+    has_chat_template,
     load_prompt_tokenizer,
     tokenizer_problem,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "PromptTokenizer",
     "SimPromptTokenizer",
     "TokenizerUnavailable",
+    "has_chat_template",
     "load_prompt_tokenizer",
     "tokenizer_problem",
 ]

@@ -1,5 +1,6 @@
 """Prompt tokenizers per engine type (see the package docstring)."""
 
+import json
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -7,6 +8,7 @@ from motor.tokenize.sim_vocab import VOCAB_SIZE, encode, render_chat
 
 Api = Literal["chat", "completions"]
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
 
 
 class TokenizerUnavailable(ValueError):
@@ -133,6 +135,18 @@ def tokenizer_problem(engine_type: str, model_path: str | None) -> str | None:
     if not any((directory / name).is_file() for name in TOKENIZER_FILES):
         return f"{model_path}: no tokenizer file ({', '.join(TOKENIZER_FILES)})"
     return None
+
+
+def has_chat_template(model_path: str) -> bool:
+    """Whether a model directory carries a chat template (its own file, or in tokenizer_config.json)."""
+    directory = Path(model_path)
+    if any((directory / name).is_file() for name in CHAT_TEMPLATE_FILES):
+        return True
+    try:
+        config = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and bool(config.get("chat_template"))
 
 
 def load_prompt_tokenizer(engine_type: str, model_path: str | None) -> PromptTokenizer:

@@ -66,7 +66,7 @@ def compile_coordinator(context: PlanContext) -> tuple[Component, ...]:
     return with_standby(context, component, standby)
 
 
-DEFAULT_BLOCK_SIZE = 16  # vLLM 0.32's CPU backend and the simulator
+DEFAULT_BLOCK_SIZE = 16  # the simulator's (vLLM engines set theirs under kv_cache_affinity: motor.config.kv_routing)
 
 
 MOONCAKE_STORE_CONNECTOR = "MooncakeStoreConnector"
@@ -75,7 +75,8 @@ POOL_CLIENT_CONFIG = {"global_segment_size": 0, "local_buffer_size": 0}
 
 
 def kv_index_spec(topology: Topology, store_config: dict[str, Any] | None) -> KvIndexSpec | None:
-    """How the first KV-event publishing role hashes its blocks (the config check requires them all to agree)."""
+    """How the role that publishes KV events (prefill or union: a topology has one of them) hashes its blocks,
+    and where the coordinator loads its tokenizer (vLLM's `tokenizer` option when set, else its model)."""
     if not kv_events_enabled(topology.user):
         return None
     publishers = [spec for role, spec in topology.roles.items() if role in KV_EVENTS_ROLES]
@@ -83,7 +84,7 @@ def kv_index_spec(topology: Topology, store_config: dict[str, Any] | None) -> Kv
         return None
     spec = publishers[0]
     config = spec.engine_config
-    model = engine_option(config, "model")
+    model = engine_option(config, "tokenizer") or engine_option(config, "model")
     return KvIndexSpec(
         block_size=int(engine_option(config, "block_size") or DEFAULT_BLOCK_SIZE),
         hash_algorithm=str(engine_option(config, "prefix_caching_hash_algo") or DEFAULT_HASH_ALGORITHM),
