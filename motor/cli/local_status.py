@@ -1,5 +1,5 @@
 """`motor status [--watch]` of a local job: the local backend's `JobView` as rich tables (components, instances,
-traffic, pool); `--watch` redraws them in place every interval. Exit code 0 when every component runs and
+traffic, pool, the planner's targets and decisions); `--watch` redraws them in place every interval. Exit code 0 when every component runs and
 answers its probe, else 1."""
 
 import sys
@@ -20,6 +20,7 @@ from motor.deploy.local.status import JobView
 from motor.observability.traffic import Traffic
 from motor.pool.metrics import PoolSnapshot
 from motor.protocol.controller import ControllerState
+from motor.protocol.planner import PlannerStatus
 
 DEFAULT_WATCH_INTERVAL_S = 2.0
 CONSOLE_WIDTH = 160
@@ -110,6 +111,8 @@ def render(view: JobView) -> RenderableType:
     parts += _render_instances(view.controller, open_circuits)
     parts.append(_render_traffic(view.traffic))
     parts.append(_render_pool(view.pool))
+    if view.planner is not None:
+        parts += _render_planner(view.planner)
     return Group(*parts)
 
 
@@ -193,6 +196,35 @@ def _render_pool(pool: PoolSnapshot | str | None) -> RenderableType:
         f"{pool.key_count} keys, {pool.active_clients} clients, "
         f"{pool.put_requests} puts, {pool.get_hits}/{pool.get_requests} get hits, {pool.evicted_keys} evicted"
     )
+
+
+PLANNER_DECISIONS_SHOWN = 5
+
+
+def _render_planner(planner: PlannerStatus | str) -> list[RenderableType]:
+    if isinstance(planner, str):
+        return [Text(f"planner: {planner}")]
+    line = (
+        f"planner: targets {_role_counts(planner.targets)} (runs {_role_counts(planner.counts)}, "
+        f"active {_role_counts(planner.active)})"
+    )
+    if planner.applying:
+        line += f"; carrying out {planner.applying}"
+    parts: list[RenderableType] = [Text(line)]
+    if planner.interrupted:
+        parts.append(Text(f"planner: a change was not finished when it last stopped: {planner.interrupted}"))
+    decisions = _table("AGO", "DECISION", "TARGETS", "REASON", title="the planner's latest decisions")
+    now = time.time()
+    for decision in planner.decisions[:PLANNER_DECISIONS_SHOWN]:
+        decisions.add_row(
+            f"{now - decision.at:.0f} s", decision.kind, _role_counts(decision.targets), decision.reason
+        )
+    parts.append(decisions)
+    return parts
+
+
+def _role_counts(counts: dict[str, int]) -> str:
+    return f"{counts.get('prefill', 0)}P+{counts.get('decode', 0)}D"
 
 
 def _milliseconds(seconds: float | None) -> str:

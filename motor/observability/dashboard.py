@@ -12,7 +12,9 @@ components export today and the target labels of motor.deploy.prometheus (`motor
   prompt tokens by source, generation throughput;
 - the KV pool (mooncake_master's metrics) and the recording rule `motor:kv_pool_eviction_high_watermark_ratio`
   that motor's Prometheus config carries (motor.deploy.prometheus): occupancy against the watermark,
-  evictions, puts/gets and the get hit ratio.
+  evictions, puts/gets and the get hit ratio;
+- the planner (`motor_planner_*`): instances per role it runs, wants and needs, what it measured, its
+  decisions and scale steps, the reason of its last decision.
 """
 
 import argparse
@@ -78,6 +80,54 @@ def by_profile(expr: str) -> str:
     return f"{expr} * on (job, instance) group_left (profile) motor_coordinator_info{{{SELECTOR}}}"
 
 
+PLANNER_ROW: tuple[str, tuple[PanelSpec, ...]] = (
+    "Planner",
+    (
+        PanelSpec(
+            "Instances: running, active, target",
+            "Instances per role the job runs (deployed), those routable (active) and the planner's target.",
+            "short",
+            (Query(f"sum by (role, state) (motor_planner_instances{{{SELECTOR}}})", "{{role}} {{state}}"),),
+        ),
+        PanelSpec(
+            "Instances needed",
+            "What each role needs for the TTFT and ITL objectives at the measured traffic and capacity.",
+            "short",
+            (Query(f"max by (role) (motor_planner_needed_instances{{{SELECTOR}}})", "{{role}}"),),
+        ),
+        PanelSpec(
+            "Decisions and scale steps",
+            "The planner's decisions per second by kind (hold, scale, convert) and scale steps by outcome.",
+            "ops",
+            (
+                Query(f"sum by (kind) ({rate('motor_planner_decisions_total')})", "{{kind}}"),
+                Query(f"sum by (outcome) ({rate('motor_planner_scale_steps_total')})", "steps {{outcome}}"),
+            ),
+            no_value="0",
+        ),
+        PanelSpec(
+            "Arrivals and capacity",
+            "Requests/s arriving, and one instance's measured capacity in tokens/s (prefill: prompt tokens "
+            "computed; decode: output tokens within the ITL objective).",
+            "short",
+            (
+                Query(f'max(motor_planner_figure{{{SELECTOR},figure="arrival_rate"}})', "arrivals/s"),
+                Query(
+                    f'max by (figure) (motor_planner_figure{{{SELECTOR},figure=~".+_tokens_per_s"}})',
+                    "{{figure}}",
+                ),
+            ),
+            width=12,
+        ),
+        PanelSpec(
+            "Last decision",
+            "The planner's last decision and its reason (in the legend).",
+            "short",
+            (Query(f"motor_planner_last_decision_info{{{SELECTOR}}}", "{{kind}}: {{reason}}"),),
+            width=12,
+        ),
+    ),
+)
 ROWS: tuple[tuple[str, tuple[PanelSpec, ...]], ...] = (
     (
         "Traffic",
@@ -330,6 +380,7 @@ ROWS: tuple[tuple[str, tuple[PanelSpec, ...]], ...] = (
             ),
         ),
     ),
+    PLANNER_ROW,
 )
 
 

@@ -67,6 +67,9 @@ class Planner:
         self.steps_by_outcome: collections.Counter[str] = collections.Counter()
         self.step_seconds: list[float] = []
         self.last: Decision | None = None
+        self.need: dict[PlannedRole, float] | None = (
+            None  # the last need worked out (a hold may lack figures)
+        )
         self.figures: Figures | None = None
         self.counts: Counts = {role: 0 for role in PLANNED_ROLES}
         self.applying: str | None = None
@@ -122,6 +125,8 @@ class Planner:
 
     def _record(self, decision: Decision) -> Decision:
         self.last = decision
+        if decision.need is not None:
+            self.need = dict(decision.need)
         self.decisions_by_kind[decision.kind] += 1
         log.info("%s: %s", decision.kind, decision.reason)
         self.decisions.appendleft(
@@ -173,7 +178,7 @@ class Planner:
             counts=dict(self.counts),
             active=self.active(),
             targets=dict(last.targets) if last else dict(self.counts),
-            need=dict(last.need) if last and last.need else None,
+            need=dict(self.need) if self.need is not None else None,
             figures={name: getattr(figures, name) for name in FIGURE_NAMES} if figures else {},
             notes=list(figures.notes) if figures else [],
             applying=self.applying,

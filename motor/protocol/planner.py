@@ -18,7 +18,9 @@ class PlannerStatus(Message):
     counts: dict[str, int] = Field(description="instances the job runs, per role")
     active: dict[str, int] = Field(description="of those, routable at the controller")
     targets: dict[str, int] = Field(description="the counts the last decision wants")
-    need: dict[str, float] | None = Field(default=None, description="instances each role needs (fractional)")
+    need: dict[str, float] | None = Field(
+        default=None, description="instances each role needs (fractional), as last worked out"
+    )
     figures: dict[str, float | None] = Field(default_factory=dict, description="what the last decision read")
     notes: list[str] = Field(default_factory=list, description="how the capacities were measured")
     applying: str | None = Field(default=None, description="the change being carried out")

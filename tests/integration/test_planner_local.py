@@ -3,6 +3,7 @@ under load and drains it away under load without losing a request, stays within 
 restart in the middle of a change, and converges while an engine is killed under it (docs/planner.md)."""
 
 import asyncio
+import io
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from motor.cli import local_status
 from tests.fixtures.control import LocalRun
 from tests.fixtures.planner import (
     deployed_under_load,
@@ -69,6 +71,10 @@ async def test_decode_grows_under_load_and_is_drained_away_under_load_losing_not
     assert changes[0]["kind"] == "scale" and "decode needs" in str(changes[0]["reason"])
     assert all(entry["event"] != "failed" for entry in journal(run))
     assert decisions_total(run)["scale"] >= 2
+    shown = io.StringIO()
+    assert local_status.status(run.run_root, run.job_id, out=shown) == 0
+    assert "planner: targets 1P+1D (runs 1P+1D, active 1P+1D)" in shown.getvalue()
+    assert "the planner's latest decisions" in shown.getvalue() and "decode needs" in shown.getvalue()
 
 
 def change_begun(run: LocalRun) -> dict[str, Any]:

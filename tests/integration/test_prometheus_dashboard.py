@@ -18,6 +18,7 @@ from motor.deploy.prometheus import CONFIG_FILE, PROMETHEUS_DIR
 from motor.observability.dashboard import JOB_VARIABLE, RATE_WINDOW, build_dashboard, panel_queries
 from tests.fixtures.control import LocalRun
 from tests.fixtures.epd import sim_epd_overrides, sim_image_chat
+from tests.fixtures.planner import with_planner_port
 from tests.fixtures.prometheus import PROMETHEUS, PrometheusServer
 from tests.fixtures.sim import SIM_ADMIN
 from tests.installs import needs_install
@@ -83,7 +84,12 @@ def test_every_dashboard_query_returns_data(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     retries = {"motor_coordinator_config": {"exception_config": {"max_retry": 1, "retry_delay": 0.05}}}
-    run = local_run(overrides={**retries, **sim_epd_overrides(tmp_path / "ec", encodes=1)})
+    planner = {
+        "motor_planner_config": {"enable": True, "max_instances": 2, "interval_s": 1.0, "window_s": 5.0}
+    }
+    run = with_planner_port(
+        local_run(overrides={**retries, **planner, **sim_epd_overrides(tmp_path / "ec", encodes=1)})
+    )
     assert run.plan_and_deploy() == 0
 
     capsys.readouterr()
@@ -94,12 +100,14 @@ def test_every_dashboard_query_returns_data(
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump(written))
     server = prometheus_servers(config=config)
-    # pool, controller, coordinator, and an engine and a node manager per instance (1E + 1P + 1D)
-    targets = server.wait_targets_up(expected=9)
+    # pool, controller, coordinator, planner (its bounds hold 1P + 1D), and an engine and a node manager per
+    # instance (1E + 1P + 1D)
+    targets = server.wait_targets_up(expected=10)
     assert {(t["labels"]["job"], t["labels"]["instance"]) for t in targets} == {
         ("motor-kv-pool", "kv-pool"),
         ("motor-controller", "controller"),
         ("motor-coordinator", "coordinator"),
+        ("motor-planner", "planner"),
         ("motor-engine", "prefill-0"),
         ("motor-engine", "decode-0"),
         ("motor-node-manager", "prefill-0"),

@@ -1,5 +1,6 @@
 """`motor status [--watch]` for deploy_mode local: one look at a running job — its supervisor, components,
-instances (from the controller), traffic (from the coordinator's metrics) and pool usage — as a `JobView`."""
+instances (from the controller), traffic (from the coordinator's metrics), pool usage and the planner's targets
+and latest decisions — as a `JobView`."""
 
 import json
 import time
@@ -13,6 +14,7 @@ from motor.deploy.local.state import RunState, read_state
 from motor.observability.traffic import CoordinatorSample, Traffic, scrape_coordinator, traffic_between
 from motor.pool.metrics import MetricsUnavailable, PoolSnapshot, scrape_pool
 from motor.protocol.controller import ControllerState, bearer
+from motor.protocol.planner import PlannerStatus
 from motor.runtime.processes import Identity
 from motor.runtime.tls import client_context
 
@@ -39,6 +41,7 @@ class JobView:
     traffic: Traffic | str | None  # None: no scrape yet
     pool: PoolSnapshot | str | None  # None: the job runs no pool
     sample: CoordinatorSample | None
+    planner: PlannerStatus | str | None = None  # None: the job runs no planner
 
 
 def look(state: RunState, previous: CoordinatorSample | None) -> JobView:
@@ -63,6 +66,7 @@ def look(state: RunState, previous: CoordinatorSample | None) -> JobView:
         traffic,
         _pool(state),
         sample,
+        _planner(state),
     )
 
 
@@ -151,3 +155,19 @@ def _pool(state: RunState) -> PoolSnapshot | str | None:
         return scrape_pool(state.pool_metrics_url)
     except (MetricsUnavailable, OSError, ValueError) as exc:
         return f"metrics unavailable at {state.pool_metrics_url} ({exc})"
+
+
+def _planner(state: RunState) -> PlannerStatus | str | None:
+    record = next((r for r in state.components if r.kind == "planner"), None)
+    if record is None:
+        return None
+    url = f"{'https' if state.mgmt_tls else 'http'}://127.0.0.1:{record.ports['api']}/planner/status"
+    answer = http_status(url, tls=state.mgmt_tls)
+    if answer is None or answer[0] != 200:
+        return (
+            f"the planner at {url} does not answer ({'no answer' if answer is None else f'HTTP {answer[0]}'})"
+        )
+    try:
+        return PlannerStatus.model_validate_json(answer[1])
+    except ValidationError as exc:
+        return f"the planner at {url} gave an unexpected answer ({exc})"
