@@ -21,7 +21,7 @@ its place and goes on with the other setup. Per turn and setup it records:
 - streams resumed (motor: `motor_coordinator_replays_total{outcome="resumed"}`; Dynamo:
   `dynamo_frontend_model_migration_total{migration_type="ongoing_request"}`) and their resume gap at the client:
   the last token event before the kill → the first after it, over the streams with the largest such gaps, as many
-  as were resumed;
+  as were resumed, leaving out any no longer than 3 median inter-token gaps (not a pause the client saw);
 - prompt tokens recomputed because of the kill, per resumed stream: what the engines computed in the turn (motor:
   the prefill engine's `local_compute` tokens; Dynamo: the router's input tokens of its prefill-placing decisions
   less the prefix it found cached on the chosen worker) less each request's prompt once, over the resumed
@@ -41,14 +41,18 @@ pid.
 import argparse
 import asyncio
 import datetime
+import itertools
 import json
 import math
 import os
 import random
+import signal
+import statistics
 import string
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import urllib.request
 from collections.abc import Callable
@@ -104,6 +108,7 @@ DYNAMO_MODEL = "tiny"
 COMPUTED = 'vllm:prompt_tokens_by_source_total{source="local_compute"}'
 RESUMED = "motor_coordinator_replays_total"
 STREAM_DEADLINE_S = 120.0
+PAUSE_ITLS = 3  # a gap longer than this many median inter-token gaps is a pause, not a token's step
 # replay_resume's replay settings with circuit breakers on (motor's default): after 3 failed legs the killed
 # engine gets none until it is replaced (a new instance), as a controller would remove it
 COORDINATOR = {key: value for key, value in REPLAY.items() if key != "circuit_config"}
@@ -414,7 +419,10 @@ def run_turn(setup: Any, turn: int, args: argparse.Namespace) -> Turn:
     prompt_tokens = next((s.prompt_tokens for s in streams if s.prompt_tokens), 0)
     resumed = round(delta.resumed)
     across = sorted((g for s in streams if (g := s.gap_across(killed_at)) is not None), reverse=True)
-    gaps = across[:resumed]
+    # the resumed streams' gaps: the largest across the kill, as many as were resumed, none an ordinary token gap
+    # (a migration the client did not see as a pause, e.g. of a stream that had only its first token, is left out)
+    itl = statistics.median(b - a for s in streams for a, b in itertools.pairwise(s.token_times))
+    gaps = [gap for gap in across[:resumed] if gap > PAUSE_ITLS * itl]
     if args.verbose:
         for stream in streams:
             if not stream.complete(args.max_tokens):
@@ -499,7 +507,7 @@ def plot(turns: list[Turn], names: list[str], path: Path, title: str) -> None:
         xticklabels=names,
         ylabel="tokens (each engine's own)",
     )
-    fig.suptitle(title, fontsize=8)
+    fig.suptitle(textwrap.fill(title, 160), fontsize=8)
     save(fig, path)
 
 
@@ -551,6 +559,8 @@ def dynamo_setup(work: Path, args: argparse.Namespace) -> tuple[DynamoSetup, flo
 def main() -> int:
     args = parse_args()
     enter_loopback_namespace()
+    # a kill ends the run through the cleanup below (every engine, router and pool is stopped by pid)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     names = [name for name in args.setups.split(",") if name]
     started = datetime.datetime.now().astimezone()
     load_before = os.getloadavg()[0]
