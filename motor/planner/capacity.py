@@ -1,7 +1,8 @@
 """One instance's capacity, from what the engines showed (pure).
 
 Prefill: the prompt tokens an instance computed per second over intervals it had a queue at both ends (so it
-computed throughout), the median over the window; before any such interval, the rate the coordinator measured
+computed throughout): all such tokens over all such seconds (an engine counts a prompt's tokens when it takes
+the prompt on, so one interval alone is off by up to a prompt); before any such interval, the rate the coordinator measured
 per instance (prompt tokens computed per second of each prefill leg, queue included), the median over the
 prefill instances.
 
@@ -93,12 +94,14 @@ def _step_line(points: Sequence[DecodeSample]) -> tuple[float, float, bool]:
 
 
 def prefill_capacity(
-    busy_rates: Sequence[float], measured_rates: Sequence[float]
+    busy: Sequence[tuple[float, float]], measured_rates: Sequence[float]
 ) -> tuple[float | None, str]:
-    """(tokens/s one prefill instance computes, how it was measured)."""
-    if busy_rates:
-        rate = statistics.median(busy_rates)
-        return rate, f"prefill {rate:,.0f} tokens/s per instance over {len(busy_rates)} busy intervals"
+    """(tokens/s one prefill instance computes, how it was measured); `busy` holds (tokens, seconds) of the
+    busy intervals."""
+    seconds = sum(s for _, s in busy)
+    if seconds > 0:
+        rate = sum(tokens for tokens, _ in busy) / seconds
+        return rate, f"prefill {rate:,.0f} tokens/s per instance over {len(busy)} busy intervals"
     if measured_rates:
         rate = statistics.median(measured_rates)
         return rate, f"prefill {rate:,.0f} tokens/s per instance as the coordinator measured its legs"

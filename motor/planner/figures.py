@@ -64,7 +64,7 @@ def window_figures(
         return Figures(counts=counts, active=active, changing=changing)
     since = readings[-1].at - window_s
     totals = _Totals()
-    busy_rates: list[float] = []
+    busy: list[tuple[float, float]] = []
     decode_samples: list[DecodeSample] = []
     for before, after in itertools.pairwise(readings):
         seconds = after.at - before.at
@@ -77,7 +77,7 @@ def window_figures(
             if now.role == "prefill":
                 computed = now.prompt_computed - then.prompt_computed
                 if computed > 0 and _queued(then) and _queued(now):
-                    busy_rates.append(computed / seconds)
+                    busy.append((computed, seconds))
                 if before.at < since:
                     continue
                 totals.computed += computed
@@ -98,7 +98,7 @@ def window_figures(
     last = readings[-1]
     prompt_tokens = totals.prompt_tokens()
     prefill_rate, prefill_note = prefill_capacity(
-        busy_rates,
+        busy,
         [rate for instance, rate in last.prefill_rates.items() if _role(last, instance) == "prefill"],
     )
     decode = decode_capacity(decode_samples, itl_objective_s)

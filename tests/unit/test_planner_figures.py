@@ -43,7 +43,7 @@ def test_no_decode_step_no_capacity() -> None:
 
 
 def test_prefill_capacity_prefers_busy_intervals_then_the_coordinator() -> None:
-    assert prefill_capacity([900.0, 1000.0, 1100.0], [700.0])[0] == 1000.0
+    assert prefill_capacity([(900.0, 1.0), (2100.0, 2.0)], [700.0])[0] == 1000.0
     rate, note = prefill_capacity([], [700.0, 800.0])
     assert rate == 750.0 and "as the coordinator measured" in note
     assert prefill_capacity([], []) == (None, "prefill capacity not measured yet")
@@ -87,12 +87,16 @@ def test_window_figures() -> None:
 
 def test_a_restarted_engine_or_coordinator_counts_from_its_restart() -> None:
     readings = cluster_readings(4)
-    restarted = {**readings[2].engines, "prefill-0": engine("prefill", queued_prefill_tokens=800)}
-    readings[2] = Reading(at=2.0, coordinator=readings[2].coordinator, engines=restarted)
+    for t in (2, 3, 4):  # prefill-0 restarted just before t = 2: its counters start again from 0
+        since = t - 2
+        fresh = engine(
+            "prefill", prompt_computed=1000.0 * since, finished=2.0 * since, queued_prefill_tokens=800
+        )
+        readings[t] = Reading(at=float(t), coordinator=readings[t].coordinator, engines={**readings[t].engines,
+                              "prefill-0": fresh})  # fmt: skip
     figures = window_figures(readings, 0.1, COUNTS, COUNTS)
-    assert figures.prefill_tokens_per_s == pytest.approx(
-        1000.0
-    )  # the two intervals across the restart skipped
+    assert figures.prefill_tokens_per_s == pytest.approx(1000.0)  # the interval across the restart skipped
+    assert figures.notes[0].endswith("over 3 busy intervals")
     assert figures.prompt_tokens == pytest.approx(500.0)
     readings[-1] = Reading(at=4.0, coordinator=CoordinatorSample(4.0, 1.0, 0.0), engines=readings[-1].engines)
     assert window_figures(readings, 0.1, COUNTS, COUNTS).arrival_rate == pytest.approx(4.0)
