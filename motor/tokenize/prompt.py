@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from motor.tokenize import vllm_chat
 from motor.tokenize.sim_vocab import VOCAB_SIZE, encode, render_chat
 
 Api = Literal["chat", "completions"]
@@ -100,23 +101,17 @@ class HfPromptTokenizer:
             if isinstance(prompt, str):
                 return self.tokenizer.encode(prompt, add_special_tokens=True) or None
             return _ids(prompt, None)
-        conversation = _text_messages(body)
-        if conversation is None:
-            return None
-        kwargs = body.get("chat_template_kwargs") or {}
-        if not isinstance(kwargs, dict):
-            return None
         try:
+            tools = vllm_chat.tools(body.get("tools"))
+            template = self.tokenizer.get_chat_template(None, tools)
             text = self.tokenizer.apply_chat_template(
-                conversation,
-                tools=body.get("tools"),
-                documents=body.get("documents"),
-                add_generation_prompt=body.get("add_generation_prompt", True) is not False,
-                continue_final_message=body.get("continue_final_message", False) is True,
+                vllm_chat.conversation(body.get("messages"), template),
+                tools=tools,
+                chat_template=template,
                 tokenize=False,
-                **{k: v for k, v in kwargs.items() if k not in ("tokenize", "chat_template", "conversation")},
+                **vllm_chat.template_arguments(body),
             )
-        except Exception:  # a template that refuses the request: the engine answers it, routing goes by load
+        except Exception:  # a body vLLM would render otherwise, or a template that refuses it: placed by load
             return None
         return self.tokenizer.encode(text, add_special_tokens=False)
 
