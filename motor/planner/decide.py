@@ -17,7 +17,8 @@ never above max_utilization. The queue terms react to a burst at once, before th
 
 The targets: of every split within the bounds and the budget, the fewest instances (accelerators) that meet
 both needs; when none does, the split whose worse-covered role is covered best (count / need), then the one
-nearest the current counts. Growth is applied at once (bursts); a change that shrinks a role must be proposed
+nearest the current counts. Growth is applied at once (bursts; while the shrinking part of a target waits, the
+best split that shrinks nothing is applied); a change that shrinks a role must be proposed
 `scale_down_intervals` decisions in a row and clear the hysteresis margin: the shrunk role's need stays at most
 (1 − margin) of its new count, or, under a budget that cannot meet both needs, the move raises the worse role's
 coverage by the margin. Nothing changes during a scale still in progress, within `cooldown_s` of the last
@@ -112,12 +113,18 @@ def decide(
     streak = memory.streak + 1 if memory.proposal == proposal else 1
     seen = replace(memory, proposal=proposal, streak=streak)
     if shrinking:
+        waits = None
         if not _clears_margin(need, current, target, shrinking, config.hysteresis_margin):
-            return hold(f"{summary}: within the hysteresis margin", need, replace(seen, streak=0))
-        if streak < config.scale_down_intervals:
-            return hold(
-                f"{summary}: proposed {streak} of {config.scale_down_intervals} times in a row", need, seen
-            )
+            waits, seen = "within the hysteresis margin", replace(seen, streak=0)
+        elif streak < config.scale_down_intervals:
+            waits = f"proposed {streak} of {config.scale_down_intervals} times in a row"
+        if waits is not None:
+            # what grows does not wait for what shrinks: the best split that shrinks nothing, if it grows
+            grown = best_split(need, current, bounds, config.enable_role_conversion, floor=current)
+            if grown == current:
+                return hold(f"{summary}: {waits}", need, seen)
+            target, shrinking = grown, []
+            summary = f"{explained} → {_counts(target)} (now {_counts(current)}; shrinking waits: {waits})"
     last = memory.last_change
     if last is not None and now - last < config.cooldown_s:
         return hold(f"{summary}: cooldown, {config.cooldown_s - (now - last):.0f} s left", need, seen)
@@ -198,15 +205,21 @@ def _decode_need(rate: float, figures: Figures, config: PlannerConfig) -> tuple[
 
 
 def best_split(
-    need: dict[PlannedRole, float], current: Counts, bounds: PlannerBounds, conversion: bool
+    need: dict[PlannedRole, float],
+    current: Counts,
+    bounds: PlannerBounds,
+    conversion: bool,
+    floor: Counts | None = None,
 ) -> Counts:
     """The counts to run: see the module's docstring. Without `conversion`, no split takes from one role what it
-    gives the other."""
+    gives the other; with a `floor`, no role goes below it."""
     candidates: list[Counts] = []
     for prefill in range(bounds.minimum["prefill"], bounds.maximum["prefill"] + 1):
         for decode in range(bounds.minimum["decode"], bounds.maximum["decode"] + 1):
             split: Counts = {"prefill": prefill, "decode": decode}
             if not bounds.within_budget(split):
+                continue
+            if floor is not None and any(split[role] < floor[role] for role in PLANNED_ROLES):
                 continue
             if not conversion and _converts(current, split):
                 continue

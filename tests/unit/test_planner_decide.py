@@ -60,6 +60,13 @@ AGREED = Memory(proposal=None, streak=0)
          "8,000 queued tokens"),
         ("decode backlog", figures(2, 3, **MIXED, decode_sequences=40.0), None, None, "scale", (2, 6),
          "40 sequences in decode"),
+        # the burst's prefill grows now; the decode side, which could shrink from 4 to 3, waits its turn
+        ("burst, shrinking waits", figures(2, 4, **MIXED, prefill_queued_tokens=8000.0),
+         PlannerConfig(enable=True, max_instances=10), None, "scale", (5, 4), "shrinking waits: proposed 1 of 2"),
+        ("burst, little room", figures(2, 4, **MIXED, prefill_queued_tokens=8000.0), None, None, "scale", (4, 4),
+         "shrinking waits: proposed 1 of 2"),
+        ("burst, no room", figures(4, 4, **MIXED, prefill_queued_tokens=8000.0), None, None, "hold", (4, 4),
+         "→ 5P+3D (now 4P+4D): proposed 1 of 2"),
         ("idle", figures(4, 4, arrival_rate=0.0), None, Memory(proposal=(1, 1), streak=1), "scale", (1, 1),
          "idle"),
         ("idle, first look", figures(4, 4, arrival_rate=0.0), None, None, "hold", (4, 4), "1 of 2 times"),
