@@ -24,6 +24,7 @@ from motor.cli.config_args import (
     load_topology,
     report_problems,
 )
+from motor.cli.config_warnings import grouped
 from motor.cli.failures import EXIT_FAILED
 from motor.cli.validate import checked_engine_args, checked_tokenizer
 from motor.config import ConfigError, Topology, load_documents
@@ -134,7 +135,7 @@ def run_deploy(args: argparse.Namespace) -> int:
     topology = load_topology(args)
     if isinstance(topology, int):
         return topology
-    for warning in topology.warnings:
+    for warning in grouped(topology.warnings):
         print(f"warning: {warning}", file=sys.stderr)
     user_path, env_path = config_paths(args)
     from motor.deploy.k8s.manifests import ConfigTexts

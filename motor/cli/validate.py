@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from motor.cli.config_args import add_config_arguments, load_topology, report_problems
+from motor.cli.config_warnings import grouped
 from motor.cli.engine_args import check_engine_args
 from motor.cli.tokenizer_check import check_tokenizer
 from motor.config import ConfigError, ConfigIssue, Topology
@@ -120,6 +121,5 @@ def summary(topology: Topology) -> str:
     if topology.ports:
         lines.append("ports:")
         lines.extend(f"  {use.port:>5}  {use.component}" for use in topology.ports)
-    for warning in topology.warnings:
-        lines.append(f"warning: {warning}")
+    lines.extend(f"warning: {warning}" for warning in grouped(topology.warnings))
     return "\n".join(lines)
