@@ -129,7 +129,7 @@ def slots_of(mask: int) -> Iterator[int]:
 def _agreeing(a: tuple[int, ...], i: int, b: tuple[int, ...], j: int) -> int:
     """How many items `a[i:]` and `b[j:]` have in common from their starts."""
     length = min(len(a) - i, len(b) - j)
-    if a[i : i + length] == b[j : j + length]:
+    if a[i : i + length] == (b if j == 0 and length == len(b) else b[j : j + length]):  # a whole run: no copy
         return length
     return next(k for k in range(length) if a[i + k] != b[j + k])
 
@@ -213,13 +213,15 @@ class KvIndex:
         """Split the instances of `members` (a mask) by how far each holds `hashes[start:]` in `tier`, walking
         from `start`: `[(end, mask)]`, ends ascending, each instance in exactly one mask (an `end` equal to `start`
         holds not even `hashes[start]`). Instances outside the index stay in the first run."""
-        runs = self._tiers[tier]
+        tier_runs = self._tiers[tier]
+        if start >= len(hashes) or hashes[start] not in tier_runs.where:  # most walks of a CPU or disk tier
+            return [(start, members)] if members else []
         hashes = tuple(hashes)
         found: list[tuple[int, int]] = []
         alive = members
         end = start
         while alive and end < len(hashes):
-            run = runs.run_of(hashes[end])
+            run = tier_runs.run_of(hashes[end])
             if run is None:
                 break
             kept = alive & run.mask

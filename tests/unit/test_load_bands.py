@@ -13,7 +13,8 @@ def test_bands_never_go_down_as_load_goes_up() -> None:
     loads.sort()
     bands = [load_band(load) for load in loads]
     assert bands == sorted(bands)
-    assert load_band(0) == load_band(0.5) == 0 < load_band(1)
+    assert load_band(0) == load_band(0.5) == (0, 0) < load_band(1)
+    assert len({load_band(load) for load in range(8192, 16384)}) == 64, "an octave holds 64 bands"
 
 
 def test_the_least_loaded_member_is_the_one_a_full_look_finds() -> None:

@@ -1,12 +1,13 @@
 """The endpoints of a pool sorted into load bands as bit masks, so that the least loaded member of any group of
 endpoints (a mask over the KV index's slots, as `KvMatches` gives them) is found without looking at every member.
 
-A band is an eighth of an octave of load (finer bands hold fewer endpoints to compare, coarser ones are fewer to
-scan: on 1,000 endpoints an eighth was the faster of quarter, eighth, sixteenth); each band is one mask of the slots of the endpoints whose load is in it. The
-least loaded member of a group is in the first band, in load order, that the group's mask meets: only the members
-in that band are compared, by (load, last pick) as the heap orders endpoints. The bands follow every load change
-the heap sees (`BandedLoadHeap`); they are built again when the index gives slots out anew (an instance came or
-went), which the answer's `slot_version` tells.
+Bands have two levels: an octave of load (its bit length), and within it 64 bands (its next six bits; below 128
+tokens a band is one exact load). Each octave and each band is one mask of the slots of the endpoints whose load is
+in it. The least loaded member of a group is in the first octave the group's mask meets, in its first band the
+mask meets: only the members in that band are compared, by (load, last pick) as the heap orders endpoints. Loads
+that crowd into one octave still spread over its bands, and an octave the group misses costs one mask operation.
+The bands follow every load change the heap sees (`BandedLoadHeap`); they are built again when the index gives its
+slots out anew (an instance came or went), which the answer's `slot_version` tells.
 """
 
 from bisect import insort
@@ -18,17 +19,18 @@ from motor.coordinator.scheduling.plugins import Exclusions
 from motor.kv.index import slots_of
 
 FEW_MEMBERS = 4  # a group this small is compared member by member
+BAND_BITS = 6  # bands per octave: 2**6
+
+Band = tuple[int, int]  # (octave, band within it)
 
 
-def load_band(load: float) -> int:
-    """Bands an eighth of an octave wide, in load order: 0 for no load, 1, 2, 3 below 8 tokens, then 32, 33, ..."""
+def load_band(load: float) -> Band:
+    """(octave, band): both grow with load; 0 tokens is (0, 0)."""
     tokens = int(load)
     if tokens <= 0:
-        return 0
-    width = tokens.bit_length()
-    if width <= 3:
-        return width
-    return width << 3 | tokens >> (width - 4) & 7
+        return 0, 0
+    octave = tokens.bit_length()
+    return octave, tokens >> max(0, octave - 1 - BAND_BITS)
 
 
 def _order(endpoint: EndpointLoad) -> tuple[float, int]:
@@ -40,20 +42,20 @@ class LoadBands:
         self._slots: Mapping[str, int] | None = None
         self._version = -1
         self._bit: dict[EndpointLoad, int] = {}
-        self._band: dict[EndpointLoad, int] = {}
+        self._band: dict[EndpointLoad, Band] = {}
         self._by_slot: dict[int, EndpointLoad] = {}
-        self._masks: dict[int, int] = {}
-        self._order: list[int] = []  # bands holding endpoints, ascending
+        self._octaves: dict[int, int] = {}  # octave -> mask
+        self._bands: dict[Band, int] = {}  # band -> mask
+        self._order: list[int] = []  # octaves holding endpoints, ascending
+        self._band_order: dict[int, list[int]] = {}  # octave -> its bands holding endpoints, ascending
 
     def current(self, slots: Mapping[str, int], version: int) -> bool:
         return slots is self._slots and version == self._version
 
     def rebuild(self, endpoints: list[EndpointLoad], slots: Mapping[str, int], version: int) -> None:
         self._slots, self._version = slots, version
-        self._bit.clear()
-        self._band.clear()
-        self._by_slot.clear()
-        self._masks.clear()
+        for table in (self._bit, self._band, self._by_slot, self._octaves, self._bands, self._band_order):
+            table.clear()
         self._order.clear()
         for endpoint in endpoints:
             slot = slots.get(endpoint.key)
@@ -76,11 +78,14 @@ class LoadBands:
         """The member of the pool in `members` that comes first by (load, last pick), not in `exclude`."""
         if members.bit_count() <= FEW_MEMBERS:
             return self._first(members, exclude)
-        masks = self._masks
-        for band in self._order:
-            found = self._first(members & masks[band], exclude)
-            if found is not None:
-                return found
+        octaves, bands = self._octaves, self._bands
+        for octave in self._order:
+            if not members & octaves[octave]:
+                continue
+            for band in self._band_order[octave]:
+                hit = members & bands[(octave, band)]
+                if hit and (found := self._first(hit, exclude)) is not None:
+                    return found
         return None
 
     def _first(self, members: int, exclude: Exclusions) -> EndpointLoad | None:
@@ -92,21 +97,34 @@ class LoadBands:
         ]
         return min(candidates, key=_order, default=None)
 
-    def _enter(self, endpoint: EndpointLoad, band: int) -> None:
+    def _enter(self, endpoint: EndpointLoad, band: Band) -> None:
         self._band[endpoint] = band
-        mask = self._masks.get(band)
-        if mask is None:
-            insort(self._order, band)
-            mask = 0
-        self._masks[band] = mask | self._bit[endpoint]
+        bit = self._bit[endpoint]
+        octave = band[0]
+        if octave not in self._octaves:
+            insort(self._order, octave)
+            self._octaves[octave] = 0
+            self._band_order[octave] = []
+        self._octaves[octave] |= bit
+        if band not in self._bands:
+            insort(self._band_order[octave], band[1])
+            self._bands[band] = 0
+        self._bands[band] |= bit
 
-    def _leave(self, endpoint: EndpointLoad, band: int) -> None:
-        mask = self._masks[band] & ~self._bit[endpoint]
-        if mask:
-            self._masks[band] = mask
+    def _leave(self, endpoint: EndpointLoad, band: Band) -> None:
+        keep = ~self._bit[endpoint]
+        octave = band[0]
+        if mask := self._bands[band] & keep:
+            self._bands[band] = mask
         else:
-            del self._masks[band]
-            self._order.remove(band)
+            del self._bands[band]
+            self._band_order[octave].remove(band[1])
+        if mask := self._octaves[octave] & keep:
+            self._octaves[octave] = mask
+        else:
+            del self._octaves[octave]
+            del self._band_order[octave]
+            self._order.remove(octave)
 
 
 class BandedLoadHeap(LoadHeap):
