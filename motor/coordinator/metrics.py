@@ -136,6 +136,14 @@ class CoordinatorMetrics:
             "kv_cache_affinity: leading prompt blocks the KV pool said it held, over the queries it answered",
             registry=registry,
         )
+        self.kv_predictions = Counter(
+            "motor_coordinator_kv_predictions",
+            "kv_cache_affinity: prefill legs by how the prompt tokens the coordinator expected the chosen engine to "
+            "find cached compare with the cached tokens it reported: exact, within_block (at most one KV block "
+            "apart), over (expected more), under (expected fewer)",
+            ["outcome"],
+            registry=registry,
+        )
         self.kv_events = KvEventMetrics(registry)
         self.prefill_stalls = Counter(
             "motor_coordinator_prefill_stalls",

@@ -4,8 +4,8 @@ import json
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from motor.tokenize import vllm_chat
 from motor.tokenize.sim_vocab import VOCAB_SIZE, encode, render_chat
+from motor.tokenize.vllm_chat import chat_conversation, chat_tools, template_arguments
 
 Api = Literal["chat", "completions"]
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
@@ -102,14 +102,14 @@ class HfPromptTokenizer:
                 return self.tokenizer.encode(prompt, add_special_tokens=True) or None
             return _ids(prompt, None)
         try:
-            tools = vllm_chat.tools(body.get("tools"))
+            tools = chat_tools(body.get("tools"))
             template = self.tokenizer.get_chat_template(None, tools)
             text = self.tokenizer.apply_chat_template(
-                vllm_chat.conversation(body.get("messages"), template),
+                chat_conversation(body.get("messages"), template),
                 tools=tools,
                 chat_template=template,
                 tokenize=False,
-                **vllm_chat.template_arguments(body),
+                **template_arguments(body),
             )
         except Exception:  # a body vLLM would render otherwise, or a template that refuses it: placed by load
             return None

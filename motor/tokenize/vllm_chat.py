@@ -33,7 +33,7 @@ class Unreproducible(ValueError):
     """A body whose prompt the coordinator cannot render as vLLM does."""
 
 
-def conversation(messages: Any, template: str) -> list[dict[str, Any]]:
+def chat_conversation(messages: Any, template: str) -> list[dict[str, Any]]:
     if not isinstance(messages, list) or not messages:
         raise Unreproducible("no messages")
     parts_as_dicts = loops_over_content(template)
@@ -43,7 +43,7 @@ def conversation(messages: Any, template: str) -> list[dict[str, Any]]:
     return result
 
 
-def tools(value: Any) -> list[dict[str, Any]] | None:
+def chat_tools(value: Any) -> list[dict[str, Any]] | None:
     if value is None:
         return None
     if not isinstance(value, list):

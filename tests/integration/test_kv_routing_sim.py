@@ -176,7 +176,7 @@ def test_the_pool_tier_predicts_what_the_prefill_engines_then_load_from_the_pool
     answered = 'motor_coordinator_kv_pool_queries_total{answer="answered"}'
     ports = [c["ports"]["engine"] for c in run.state()["components"] if c["name"].startswith("prefill-")]
 
-    def counts() -> tuple[float, float, float]:
+    def counts() -> tuple[float, float, float, float]:
         loaded = sum(
             metric_at(f"http://127.0.0.1:{port}", "vllm:external_prefix_cache_hits_total") for port in ports
         )
@@ -184,6 +184,7 @@ def test_the_pool_tier_predicts_what_the_prefill_engines_then_load_from_the_pool
             metric_at(run.mgmt_url, answered),
             metric_at(run.mgmt_url, "motor_coordinator_kv_pool_blocks_total"),
             loaded,
+            metric_at(run.mgmt_url, 'motor_coordinator_kv_predictions_total{outcome="exact"}'),
         )
 
     def complete(text: str) -> None:
@@ -201,8 +202,9 @@ def test_the_pool_tier_predicts_what_the_prefill_engines_then_load_from_the_pool
     before = counts()
     complete(prompt(0))
     complete(prompt(0))
-    queries, predicted, loaded = (after - start for after, start in zip(counts(), before, strict=True))
+    queries, predicted, loaded, exact = (after - start for after, start in zip(counts(), before, strict=True))
     # the first request found nothing; the second, all the blocks the first prefill wrote (prompt[:-1])
     assert queries == 2
     assert predicted == (PROMPT_WORDS + 1) // BLOCK_SIZE
     assert loaded == predicted * BLOCK_SIZE
+    assert exact == 2, "both prefill engines reported the cached tokens the coordinator expected of them"

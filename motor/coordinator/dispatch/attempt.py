@@ -542,6 +542,9 @@ class Attempt:
         )
         cached = details.get("cached_tokens") if isinstance(details.get("cached_tokens"), int) else 0
         self.cached_tokens = cached
+        prediction = self.dispatch.request.demand.kv_prediction
+        if prediction is not None and "cached_tokens" in details:
+            self.observer.kv_predicted(leg, prediction, cached)
         # the rate is per token computed: tokens found in a cache were not
         self.context.scheduler.prefill_answered(
             leg.allocation.endpoint, leg.work - min(cached, leg.work), answered_after

@@ -11,6 +11,7 @@
 | an open connection closed by the coordinator | `motor_coordinator_cancelled_legs_total{reason}` |
 | prefill leg missed its own deadline | `motor_coordinator_prefill_stalls_total{instance}` |
 | an instance became degraded / recovered | `motor_coordinator_instance_degraded{instance,role}` 1 / 0 |
+| kv_cache_affinity: a prefill leg answered | `motor_coordinator_kv_predictions_total{outcome}` (expected cached vs reported) |
 
 At DEBUG every transition is also logged with the time spent in the state it leaves, so one slow request's
 timeline (which leg, which instance, which wait) can be read from the coordinator's log.
@@ -32,6 +33,7 @@ from motor.coordinator.dispatch.states import (
     Phase,
 )
 from motor.coordinator.metrics import CoordinatorMetrics
+from motor.coordinator.scheduling.kv_matches import KvPrediction
 from motor.coordinator.scheduling.load import EndpointLoad
 
 if TYPE_CHECKING:
@@ -66,6 +68,31 @@ class MetricsObserver:
             failure = attempt.failure
             assert failure is not None
             self.metrics.retries.labels(failure.role, failure.reason).inc()
+
+    def kv_predicted(self, leg: "Leg", prediction: KvPrediction, cached: int) -> None:
+        """The prefill engine kv_cache_affinity chose answered: what it expected against what the engine found."""
+        miss = prediction.tokens - cached
+        if miss == 0:
+            outcome = "exact"
+        elif abs(miss) <= prediction.block_size:
+            outcome = "within_block"
+        else:
+            outcome = "over" if miss > 0 else "under"
+        self.metrics.kv_predictions.labels(outcome).inc()
+        if log.isEnabledFor(logging.DEBUG):
+            blocks = prediction.blocks
+            log.debug(
+                "request %s attempt %d: kv_cache_affinity expected %d cached prompt tokens on %s (blocks: %d own, "
+                "%d CPU or pool, %d disk), the engine reported %d",
+                leg.attempt.dispatch.label,
+                leg.attempt.number,
+                prediction.tokens,
+                leg.target.instance_id,
+                blocks.npu,
+                blocks.cpu,
+                blocks.disk,
+                cached,
+            )
 
     def leg_changed(self, leg: "Leg", old: LegState, new: LegState, seconds: float) -> None:
         if log.isEnabledFor(logging.DEBUG):

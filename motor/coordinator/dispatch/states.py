@@ -37,6 +37,8 @@ coordinator) from any state that is not final. Prefill and encode legs go SENT â
 from enum import IntEnum
 from typing import TYPE_CHECKING, Protocol
 
+from motor.coordinator.scheduling.kv_matches import KvPrediction
+
 if TYPE_CHECKING:
     # import cycle: type hints only â€” the attempts and legs whose transitions it checks
     from motor.coordinator.dispatch.attempt import Attempt, Leg
@@ -110,3 +112,5 @@ class DispatchObserver(Protocol):
     def leg_cancelled(self, leg: "Leg", reason: str) -> None: ...
 
     def prefill_stalled(self, leg: "Leg") -> None: ...
+
+    def kv_predicted(self, leg: "Leg", prediction: KvPrediction, cached: int) -> None: ...

@@ -7,7 +7,8 @@ share the `default` match: the pool's leading blocks, which every prefill engine
 
 The index's walk (`KvIndex.runs`) splits the endpoints into groups that hold the same: first by their own cache,
 then each group by its CPU tier, then by disk, so the answer has one group per distinct count, not one entry per
-endpoint.
+endpoint. Only blocks an engine can hit count: it computes at least the prompt's last token, so of a prompt of
+`isl` tokens at most `(isl - 1) // block_size` blocks.
 """
 
 from motor.coordinator.scheduling.demand import Demand
@@ -33,7 +34,9 @@ class KvLocatorFromIndex:
         found = self.block_hashes(demand)
         if found is None:
             return None
-        hashes = tuple(found)  # the index's walks compare it with its runs' tuples
+        # an engine computes at least the prompt's last token: it finds at most (isl - 1) // block_size blocks
+        usable = max(0, (demand.prompt_tokens - 1) // self.block_size)
+        hashes = tuple(found[:usable])  # a tuple: the index's walks compare it with its runs' tuples
         index = self.index
         pool = min(demand.pool_blocks or 0, len(hashes))
         default = TierBlocks(cpu=pool) if pool else NO_BLOCKS

@@ -4,7 +4,7 @@ policies that estimate it — how much of the prompt the shared KV pool probably
 
 from dataclasses import dataclass, field
 
-from motor.coordinator.scheduling.kv_matches import KvMatches
+from motor.coordinator.scheduling.kv_matches import KvMatches, KvPrediction
 from motor.coordinator.scheduling.prefix import text_block_hashes, token_block_hashes
 
 
@@ -20,6 +20,7 @@ class Demand:
     pool_blocks: int | None = None
     kv_hashes: list[int] | None = field(default=None, repr=False)
     kv_matches: KvMatches | bool | None = field(default=None, repr=False)
+    kv_prediction: KvPrediction | None = None  # what the last pick expected of the endpoint it chose
     _hashes: list[int] | None = field(default=None, repr=False)
 
     def block_hashes(self, block_size: int) -> list[int]:

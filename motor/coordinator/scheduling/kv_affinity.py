@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from motor.coordinator.scheduling.demand import Demand
-from motor.coordinator.scheduling.kv_matches import KvMatches, TierBlocks
+from motor.coordinator.scheduling.kv_matches import KvMatches, KvPrediction, TierBlocks
 from motor.coordinator.scheduling.load import EndpointLoad
 from motor.coordinator.scheduling.plugins import Exclusions, Filter, PickObserver, Scorer
 
@@ -101,9 +101,14 @@ class KvAffinityScorer(Scorer, PickObserver):
 
     def picked(self, endpoint: EndpointLoad, demand: Demand) -> None:
         matches = self.matches(demand)
-        if matches is not None and demand.pool_hit_tokens is None:  # a retry keeps the first figure
-            blocks = matches.blocks_of(endpoint.key)
-            demand.pool_hit_tokens = self.matched_tokens(blocks, demand.prompt_tokens)
+        if matches is None:
+            demand.kv_prediction = None
+            return
+        blocks = matches.blocks_of(endpoint.key)
+        matched = self.matched_tokens(blocks, demand.prompt_tokens)
+        demand.kv_prediction = KvPrediction(matched, blocks, self.locator.block_size)
+        if demand.pool_hit_tokens is None:  # a retry keeps the first figure
+            demand.pool_hit_tokens = matched
 
     def _worth_it(self, matches: KvMatches, demand: Demand) -> bool:
         threshold = self.weights.hit_rate_threshold

@@ -22,6 +22,16 @@ NO_BLOCKS = TierBlocks()
 
 
 @dataclass(frozen=True, slots=True)
+class KvPrediction:
+    """What kv_cache_affinity expected of the endpoint it picked: the prompt tokens its caches and the pool
+    hold (as the scorer weighs them), from which tiers, in blocks of `block_size` tokens."""
+
+    tokens: int
+    blocks: TierBlocks
+    block_size: int
+
+
+@dataclass(frozen=True, slots=True)
 class KvGroup:
     blocks: TierBlocks
     members: int  # bit i set: the endpoint in slot i holds `blocks`
