@@ -31,11 +31,12 @@ The paths, each started fresh against the same engines and alternated turn by tu
   metrics listener on its own free port; `POLICY@N` adds its global admission (`--max-concurrent-requests N`,
   a 2 s queue), by default cache_aware with N = pd_aware's decode bound × the decode engines;
 - Dynamo 1.6.1 (`--dynamo kv`, installed by scripts/install_dynamo.sh): its frontend with `--router-mode MODE`
-  over engines of its own, as many disaggregated mocker prefill and decode workers as the sims (one process per
-  role), calibrated to the sim engines per word of prompt (KV blocks, token budget, prefill and decode step costs,
-  the prefill→decode link: benchmarks/dynamo_peer.py), started fresh for each row; its local hit ratio is its
-  router's (the prefix it found cached on the chosen prefill worker, from the workers' KV events), it has no
-  pool and no handover figure. With a Dynamo path the whole run moves into a loopback-only network namespace.
+  over engines of its own, as many disaggregated mocker prefill and decode workers as the sims (one process
+  per role), calibrated to the sim engines per word of prompt (KV blocks, token budget, prefill and decode
+  step costs, the prefill→decode link: benchmarks/dynamo_peer.py), started fresh for each row; its local hit
+  ratio is its router's (the prefix it found cached on the chosen prefill worker, from the workers' KV
+  events), it has no pool and no handover figure. With a Dynamo path the whole run moves into a loopback-only
+  network namespace.
 
 The workload (`make_workload`, seeded, identical for every path): multi-turn sessions, each over one system
 prompt or tenant prefix, each turn's prompt the previous one plus the answer plus a new user message, lognormal

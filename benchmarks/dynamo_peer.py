@@ -4,22 +4,23 @@ mocker workers, timed like motor's capacity-model sim engines.
 Dynamo comes from its own virtual environment (`.venv-dynamo`, made by scripts/install_dynamo.sh), never from
 motor's. Everything runs with file discovery and the ZMQ event plane (no etcd, no NATS). Dynamo advertises the
 addresses in DYN_EVENT_PLANE_HOST, DYN_TCP_RPC_HOST, DYN_TCP_RESPONSE_STREAM_HOST and DYN_SYSTEM_HOST (set to
-127.0.0.1 here), but its ZMQ publishers bind 0.0.0.0 whatever they advertise; so a benchmark that starts Dynamo
-runs in a network namespace of its own whose only interface is loopback (`enter_loopback_namespace`): nothing it
-starts can be reached from, or reach, beyond 127.0.0.1.
+127.0.0.1 here), but its ZMQ publishers bind 0.0.0.0 whatever they advertise; so a benchmark that starts
+Dynamo runs in a network namespace of its own whose only interface is loopback (`enter_loopback_namespace`):
+nothing it starts can be reached from, or reach, beyond 127.0.0.1.
 
 Calibration (`perf_tables`): the mocker times a forward pass from two tables it interpolates (its
-`--planner-profile-data` NPZ): prefill milliseconds by the new prompt tokens of the pass, and decode milliseconds
-by (the active KV tokens, their mean context length). The tables are filled from a motor `CapacityModel`, so a
-pass costs what the sim's step costs for the same work:
+`--planner-profile-data` NPZ): prefill milliseconds by the new prompt tokens of the pass, and decode
+milliseconds by (the active KV tokens, their mean context length). The tables are filled from a motor
+`CapacityModel`, so a pass costs what the sim's step costs for the same work:
 
     prefill ms(t) = t / (prefill_tokens_per_s × r) × 1000
-    decode ms(x, c) = step_overhead_ms + decode_ms_per_seq × max(1, x / c) + decode_ms_per_1k_context × x / r / 1000
+    decode ms(x, c) = step_overhead_ms + decode_ms_per_seq × max(1, x / c)
+                      + decode_ms_per_1k_context × x / r / 1000
 
 where r is the mocker tokenizer's tokens per sim token (the mocker tokenizes the prompt text with the model
-directory's tokenizer, the sim counts one token per word), so costs, KV budgets and block counts are matched per
-word of prompt. The mocker interpolates the decode table bilinearly: on a geometric grid of 200 nodes shared by
-both axes it stays within a few per cent of the formula (tests/unit/test_dynamo_peer.py).
+directory's tokenizer, the sim counts one token per word), so costs, KV budgets and block counts are matched
+per word of prompt. The mocker interpolates the decode table bilinearly: on a geometric grid of 200 nodes
+shared by both axes it stays within a few per cent of the formula (tests/unit/test_dynamo_peer.py).
 """
 
 import json
@@ -70,8 +71,8 @@ def enter_loopback_namespace() -> None:
     unshare, ip = shutil.which("unshare"), shutil.which("ip")
     if os.geteuid() != 0 or unshare is None or ip is None:
         raise SystemExit(
-            "Dynamo's ZMQ publishers bind 0.0.0.0, so its benchmarks run in a loopback-only network namespace: "
-            "run them as root on a host with `unshare` (util-linux) and `ip` (iproute2)"
+            "Dynamo's ZMQ publishers bind 0.0.0.0, so its benchmarks run in a loopback-only network "
+            "namespace: run them as root on a host with `unshare` (util-linux) and `ip` (iproute2)"
         )
     os.environ[NAMESPACE_MARKER] = "1"
     script = f'{ip} link set lo up && exec "$0" "$@"'
@@ -96,8 +97,9 @@ def dynamo_versions() -> str:
 
 
 def tiny_model_dir(work: Path, max_model_len: int) -> Path:
-    """`motor model tiny` written to `work`/tiny-model (the mocker needs a tokenizer and a config), its context
-    raised to `max_model_len` so the frontend accepts the benchmark's longest prompt (no weights are used)."""
+    """`motor model tiny` written to `work`/tiny-model (the mocker needs a tokenizer and a config), its
+    context raised to `max_model_len` so the frontend accepts the benchmark's longest prompt (no weights are
+    used)."""
     directory = work / "tiny-model"
     motor_cli = Path(sys.executable).parent / "motor"
     subprocess.run([str(motor_cli), "model", "tiny", str(directory)], check=True, capture_output=True)
@@ -125,7 +127,8 @@ def tokens_per_word(model_dir: Path, texts: list[str]) -> float:
 
 
 def decode_ms(model: CapacityModel, active_kv_tokens: float, context: float, ratio: float) -> float:
-    """The sim's decode step for a batch whose contexts total `active_kv_tokens` mocker tokens, `context` each."""
+    """The sim's decode step for a batch whose contexts total `active_kv_tokens` mocker tokens, `context`
+    each."""
     sequences = max(1.0, active_kv_tokens / max(context, 1.0))
     return (
         model.step_overhead_ms
@@ -137,9 +140,9 @@ def decode_ms(model: CapacityModel, active_kv_tokens: float, context: float, rat
 def perf_tables(
     model: CapacityModel, ratio: float, max_prompt_tokens: int, max_kv_tokens: int
 ) -> dict[str, list[Any]]:
-    """The mocker's timing tables (the keys of its NPZ) for engines timed like `model`, `ratio` mocker tokens per
-    sim token; prompts up to `max_prompt_tokens` and batches up to `max_kv_tokens` (mocker tokens) are on the
-    grid, beyond that the mocker extrapolates linearly."""
+    """The mocker's timing tables (the keys of its NPZ) for engines timed like `model`, `ratio` mocker tokens
+    per sim token; prompts up to `max_prompt_tokens` and batches up to `max_kv_tokens` (mocker tokens) are on
+    the grid, beyond that the mocker extrapolates linearly."""
     per_token_ms = 1000.0 / (model.prefill_tokens_per_s * ratio) if model.prefill_tokens_per_s > 0 else 0.0
     isl = [max_prompt_tokens * i / (PREFILL_POINTS - 1) for i in range(PREFILL_POINTS)]
     # one geometric set of nodes on both decode axes: the batch size x / c bends where x = c, a grid diagonal
@@ -217,8 +220,8 @@ def start_mocker(
 ) -> Mocker:
     system_port = free_system_port()
     args = [
-        str(dynamo_python()), "-m", "dynamo.mocker", "--model-path", str(model_dir), "--model-name", served_name,
-        "--discovery-backend", "file", "--num-workers", str(workers), *flags,
+        str(dynamo_python()), "-m", "dynamo.mocker", "--model-path", str(model_dir),
+        "--model-name", served_name, "--discovery-backend", "file", "--num-workers", str(workers), *flags,
     ]  # fmt: skip
     env = dynamo_env(work / "discovery", {"DYN_SYSTEM_PORT": str(system_port), "DYN_LOG": "warn"})
     process = spawn(name, args, system_port, work, env=env)
@@ -244,10 +247,10 @@ def mocker_flags(
 
 
 def role_flags(model: CapacityModel, ratio: float, role: str, workers: int = 1) -> list[str]:
-    """The mocker flags of a role: `agg` (aggregated), or `prefill` / `decode` of a disaggregated pair, whose KV
-    moves from prefill to decode over a link timed as the sim's (bandwidth and bytes per sim token; the sim's
-    fixed per-transfer latency has no mocker counterpart). A prefill process gets a bootstrap port per worker,
-    where its decode workers fetch the KV."""
+    """The mocker flags of a role: `agg` (aggregated), or `prefill` / `decode` of a disaggregated pair, whose
+    KV moves from prefill to decode over a link timed as the sim's (bandwidth and bytes per sim token; the
+    sim's fixed per-transfer latency has no mocker counterpart). A prefill process gets a bootstrap port per
+    worker, where its decode workers fetch the KV."""
     if role == "agg":
         return []
     flags = [
@@ -308,8 +311,8 @@ def wait_workers(frontend: Process, started: int, live: int, timeout_s: float = 
 
 
 NVEXT_TOKEN_EVENTS = {"nvext": {"extra_fields": ["completion_token_ids"]}}
-"""Request field that makes the frontend stream one event per token: the mocker's random token ids decode to no
-text, and the frontend coalesces events without text (and would send one event per answer)."""
+"""Request field that makes the frontend stream one event per token: the mocker's random token ids decode to
+no text, and the frontend coalesces events without text (and would send one event per answer)."""
 
 
 @dataclass

@@ -2,37 +2,39 @@
 migration, turn by turn in one run.
 
 - motor: a coordinator (prefill_first, exception_config.reschedule_config on, circuit breakers at their
-  defaults) in front of 1 prefill and 2 decode sim engines and a real mooncake_master; the prefill engine writes
-  each prompt's KV to the pool, a replay's prefill reads it back and computes only what the stream had generated.
+  defaults) in front of 1 prefill and 2 decode sim engines and a real mooncake_master; the prefill engine
+  writes each prompt's KV to the pool, a replay's prefill reads it back and computes only what the stream had
+  generated.
 - Dynamo 1.6.1: its frontend (`--router-mode kv --migration-limit 3`) in front of mocker workers, one process
-  each: by default disaggregated like motor's side (1 prefill, 2 decode workers; `--dynamo-mode agg`: 2 aggregated
-  workers). A migrated request is sent again with its prompt and the tokens generated so far; the worker that
-  prefills it computes what its own prefix cache does not hold (disaggregated: the prefill worker still has the
-  prompt; aggregated: the surviving worker computes it all).
+  each: by default disaggregated like motor's side (1 prefill, 2 decode workers; `--dynamo-mode agg`: 2
+  aggregated workers). A migrated request is sent again with its prompt and the tokens generated so far; the
+  worker that prefills it computes what its own prefix cache does not hold (disaggregated: the prefill worker
+  still has the prompt; aggregated: the surviving worker computes it all).
 
-Both sides are timed by the same capacity model (motor's sim: `--capacity-model`; the mocker: tables filled from
-the same model, per word of prompt: benchmarks/dynamo_peer.py). Each turn sends streamed greedy completions open
-loop at --rate for --duration seconds, every prompt a fresh --prompt-words words (no prefix shared with another
-request), --max-tokens output tokens each; at --kill-at seconds it SIGKILLs the engine serving the most streams
-(motor: a decode engine; Dynamo: a decode or aggregated worker), lets every stream end, starts a fresh engine in
-its place and goes on with the other setup. Per turn and setup it records:
+Both sides are timed by the same capacity model (motor's sim: `--capacity-model`; the mocker: tables filled
+from the same model, per word of prompt: benchmarks/dynamo_peer.py). Each turn sends streamed greedy
+completions open loop at --rate for --duration seconds, every prompt a fresh --prompt-words words (no prefix
+shared with another request), --max-tokens output tokens each; at --kill-at seconds it SIGKILLs the engine
+serving the most streams (motor: a decode engine; Dynamo: a decode or aggregated worker), lets every stream
+end, starts a fresh engine in its place and goes on with the other setup. Per turn and setup it records:
 
 - streams broken: ended with an error, a cut connection or fewer tokens than asked;
 - streams resumed (motor: `motor_coordinator_replays_total{outcome="resumed"}`; Dynamo:
-  `dynamo_frontend_model_migration_total{migration_type="ongoing_request"}`) and their resume gap at the client:
-  the last token event before the kill → the first after it, over the streams with the largest such gaps, as many
-  as were resumed, leaving out any no longer than 3 median inter-token gaps (not a pause the client saw);
-- prompt tokens recomputed because of the kill, per resumed stream: what the engines computed in the turn (motor:
-  the prefill engine's `local_compute` tokens; Dynamo: the router's input tokens of its prefill-placing decisions
-  less the prefix it found cached on the chosen worker) less each request's prompt once, over the resumed
-  streams. Requests that had no token when their engine died are sent again too (motor: retried from the start,
-  with 513-token prompts, 32 full blocks and 1, a retry finds the prompt cached and computes 1 token; Dynamo: a
-  "new_request" migration, routed again to a prefill worker that holds the prompt); their recomputation counts
-  here.
+  `dynamo_frontend_model_migration_total{migration_type="ongoing_request"}`) and their resume gap at the
+  client: the last token event before the kill → the first after it, over the streams with the largest such
+  gaps, as many as were resumed, leaving out any no longer than 3 median inter-token gaps (not a pause the
+  client saw);
+- prompt tokens recomputed because of the kill, per resumed stream: what the engines computed in the turn
+  (motor: the prefill engine's `local_compute` tokens; Dynamo: the router's input tokens of its
+  prefill-placing decisions less the prefix it found cached on the chosen worker) less each request's prompt
+  once, over the resumed streams. Requests that had no token when their engine died are sent again too (motor:
+  retried from the start, with 513-token prompts, 32 full blocks and 1, a retry finds the prompt cached and
+  computes 1 token; Dynamo: a "new_request" migration, routed again to a prefill worker that holds the
+  prompt); their recomputation counts here.
 
-It prints the per-turn rows and P50/P99 per setup, motor's resume gap P99 against issue 23's 1 s at 20 req/s, and
-writes a plot. Runs in a loopback-only network namespace (see dynamo_peer.py); everything it starts is stopped by
-pid.
+It prints the per-turn rows and P50/P99 per setup, motor's resume gap P99 against issue 23's 1 s at 20 req/s,
+and writes a plot. Runs in a loopback-only network namespace (see dynamo_peer.py); everything it starts is
+stopped by pid.
 
     .venv/bin/python benchmarks/migration_vs_dynamo.py [--turns 3] [--rate 20] [--duration 8] [--kill-at 4]
         [--prompt-words 513] [--max-tokens 64] [--dynamo-mode disagg|agg] [--setups motor,dynamo] [--verbose]
@@ -139,7 +141,8 @@ class Stream:
         return not self.error and self.ended_done and len(self.token_times) >= max_tokens
 
     def gap_across(self, instant: float) -> float | None:
-        """Last token event before `instant` → first after it; None unless the stream had tokens on both sides."""
+        """Last token event before `instant` → first after it; None unless the stream had tokens on both
+        sides."""
         before = [t for t in self.token_times if t <= instant]
         after = [t for t in self.token_times if t > instant]
         return after[0] - before[-1] if before and after else None
@@ -177,7 +180,8 @@ async def open_loop(
     kill_at_s: float,
     kill: Callable[[], float],
 ) -> tuple[list[Stream], float]:
-    """Send `bodies` at `rate` from now, kill at `kill_at_s`, wait for every stream; (streams, the kill's instant)."""
+    """Send `bodies` at `rate` from now, kill at `kill_at_s`, wait for every stream; (streams, the kill's
+    instant)."""
     timeout = aiohttp.ClientTimeout(total=STREAM_DEADLINE_S)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as session:
         start = time.perf_counter()
@@ -285,8 +289,8 @@ class MotorSetup:
 
     def body(self, text: str, max_tokens: int) -> dict[str, Any]:
         return {
-            "model": SIM_MODEL, "prompt": text, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True},
+            "model": SIM_MODEL, "prompt": text, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
         }  # fmt: skip
 
     def counters(self) -> Counters:
@@ -364,7 +368,8 @@ class DynamoSetup:
 
     def counters(self) -> Counters:
         text = fetch(f"{self.url}/metrics")
-        # the routing decisions that place prompt work (a disaggregated request is routed twice: prefill, decode)
+        # the routing decisions that place prompt work (a disaggregated request is routed twice: prefill and
+        # decode)
         phase = "prefill" if self.mode == "disagg" else "aggregated"
         routed = metric_sum(text, "dynamo_component_router_input_sequence_tokens_sum", phase=phase)
         cached = metric_sum(
@@ -419,8 +424,9 @@ def run_turn(setup: Any, turn: int, args: argparse.Namespace) -> Turn:
     prompt_tokens = next((s.prompt_tokens for s in streams if s.prompt_tokens), 0)
     resumed = round(delta.resumed)
     across = sorted((g for s in streams if (g := s.gap_across(killed_at)) is not None), reverse=True)
-    # the resumed streams' gaps: the largest across the kill, as many as were resumed, none an ordinary token gap
-    # (a migration the client did not see as a pause, e.g. of a stream that had only its first token, is left out)
+    # the resumed streams' gaps: the largest across the kill, as many as were resumed, none an ordinary token
+    # gap (a migration the client did not see as a pause, e.g. of a stream with only its first token, is left
+    # out)
     itl = statistics.median(b - a for s in streams for a, b in itertools.pairwise(s.token_times))
     gaps = [gap for gap in across[:resumed] if gap > PAUSE_ITLS * itl]
     if args.verbose:
@@ -592,8 +598,9 @@ def main() -> int:
     title = (
         f"migration_vs_dynamo {started:%Y-%m-%d %H:%M %Z}, commit {commit}: {args.rate:g} req/s for "
         f"{args.duration:g} s per turn, kill at {args.kill_at:g} s, {args.turns} kills per setup, "
-        f"{args.prompt_words}-word fresh prompts, {args.max_tokens} tokens; {versions}; mocker tokens per word "
-        f"{ratio:.2f}; {os.cpu_count()} cores, load average {load_before:.1f} before / {os.getloadavg()[0]:.1f} after"
+        f"{args.prompt_words}-word fresh prompts, {args.max_tokens} tokens; {versions}; mocker tokens per "
+        f"word {ratio:.2f}; {os.cpu_count()} cores, load average {load_before:.1f} before / "
+        f"{os.getloadavg()[0]:.1f} after"
     )
     print(f"\n{title}")
     print_turns(turns)
@@ -603,7 +610,8 @@ def main() -> int:
         p99 = quantile(motor_gaps, 0.99)
         verdict = "met" if p99 <= 1.0 else "missed"
         print(
-            f"\nissue 23: motor's resume gap P99 {p99 * 1e3:.0f} ms at {args.rate:g} req/s (goal ≤ 1 s): {verdict}"
+            f"\nissue 23: motor's resume gap P99 {p99 * 1e3:.0f} ms at {args.rate:g} req/s "
+            f"(goal ≤ 1 s): {verdict}"
         )
     plot(turns, names, args.plot, title)
     return 0

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Install NVIDIA Dynamo 1.6.1 (its frontend, KV router and mocker engine) into a virtual environment of its own,
-# beside motor's, as the reference peer of two benchmarks (benchmarks/migration_vs_dynamo.py and the Dynamo path
-# of benchmarks/cluster_scheduling.py). Benchmark tooling only: CI does not run it and motor does not import it.
+# Install NVIDIA Dynamo 1.6.1 (its frontend, KV router and mocker engine) into a virtual environment of its
+# own, beside motor's, as the reference peer of two benchmarks (benchmarks/migration_vs_dynamo.py and the
+# Dynamo path of benchmarks/cluster_scheduling.py). Benchmark tooling only: CI does not run it and motor does
+# not import it.
 #
 #   scripts/install_dynamo.sh [VENV_DIR]      default: .venv-dynamo
 #
-# `ai-dynamo` and `ai-dynamo-runtime` are installed with --no-deps, then every dependency their wheels list for
-# this Python (no extras) except `aisimulate`: a stub whose install downloads from an index this machine cannot
-# reach, needed only by the mocker's AIC performance model, which the benchmarks do not use. Idempotent:
-# re-running on a finished venv only re-checks it. One line per step; pip's output goes to MOTOR_SETUP_LOG
-# (default .motor/setup-dynamo.log), whose last lines are shown only when a step fails.
+# `ai-dynamo` and `ai-dynamo-runtime` are installed with --no-deps, then every dependency their wheels list
+# for this Python (no extras) except `aisimulate`: a stub whose install downloads from an index this machine
+# cannot reach, needed only by the mocker's AIS performance model, which the benchmarks do not use.
+# Idempotent: re-running on a finished venv only re-checks it. One line per step; pip's output goes to
+# MOTOR_SETUP_LOG (default .motor/setup-dynamo.log), whose last lines are shown only when a step fails.
 set -euo pipefail
 
 repo_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -36,7 +37,8 @@ else
     rm -f "$stamp"
     step "pip: packaging (to read the wheels' requirements)" "${pip[@]}" install --quiet packaging
     step "pip: ai-dynamo $dynamo_version, ai-dynamo-runtime $dynamo_version (--no-deps)" \
-        "${pip[@]}" install --quiet --no-deps "ai-dynamo==$dynamo_version" "ai-dynamo-runtime==$dynamo_version"
+        "${pip[@]}" install --quiet --no-deps \
+        "ai-dynamo==$dynamo_version" "ai-dynamo-runtime==$dynamo_version"
     # what the two distributions require for this interpreter, extras left out, aisimulate skipped
     mapfile -t requirements < <("${python[@]}" - "${skipped_dependencies[@]}" <<'EOF'
 import sys

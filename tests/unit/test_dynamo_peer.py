@@ -1,8 +1,8 @@
 """The Dynamo peer's calibration: the mocker's timing tables reproduce the sim's capacity model per word.
 
 The mocker (Dynamo 1.6.1) times a pass by interpolating its tables: prefill linearly by the pass's new prompt
-tokens, decode bilinearly by (active KV tokens, mean context length), both extrapolating. This test interpolates
-the tables the same way and compares with motor's `CapacityModel.step_seconds` for the same work.
+tokens, decode bilinearly by (active KV tokens, mean context length), both extrapolating. This test
+interpolates the tables the same way and compares with motor's `CapacityModel.step_seconds` for the same work.
 """
 
 import bisect
