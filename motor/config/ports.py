@@ -205,9 +205,9 @@ def planner_port_uses(user: UserConfig) -> list[PortUse]:
 
 
 def with_planner_maxima(user: UserConfig, roles: dict[Role, RoleSpec]) -> dict[Role, RoleSpec]:
-    """The roles as the planner may grow them (none when it is off): the most prefill instances it may run,
-    decode instances up to the most instances in all. A scaled job's ordinals stay below its instance count,
-    so these ports are all a job the planner scales may use."""
+    """The roles whose ports are those a job the planner scales may use (the roles as they are when it is off):
+    the most prefill instances it may run (bootstrap ports go by index), and decode instances up to the most
+    instances in all. A scaled job's ordinals stay below its largest instance count, whatever the split."""
     planner = user.motor_planner_config
     if not planner.enable or (planner.max_instances is None and planner.max_accelerators is None):
         return roles
@@ -217,8 +217,8 @@ def with_planner_maxima(user: UserConfig, roles: dict[Role, RoleSpec]) -> dict[R
     most = bounds.maximum["prefill"] + bounds.maximum["decode"]
     if bounds.max_instances is not None:
         most = min(most, bounds.max_instances)
-    prefill = max(roles["prefill"].instances, bounds.maximum["prefill"])
-    decode = max(roles["decode"].instances, most - prefill)
+    prefill = bounds.maximum["prefill"]  # its bootstrap ports go by index: the highest index it may reach
+    decode = most - prefill  # ordinals: whatever the split, a job's ordinals stay below `most`
     return {
         **roles,
         "prefill": dataclasses.replace(roles["prefill"], instances=prefill),

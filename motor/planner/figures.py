@@ -11,13 +11,14 @@ counts while it was there; a counter that went down, an engine restarted, is ski
   (`request_generation_tokens`), else what they generated / the requests they finished (noisier: tokens of
   requests still running count, while only finished requests do);
 - capacities: motor.planner.capacity, from the same intervals;
-- what waits now, at the last reading: the prompt tokens the prefill engines still have to compute (the
-  simulator exports it; for vLLM, waiting requests × prompt tokens per request) and the sequences decoding or
-  waiting at the decode engines.
+- what waits now, averaged over the readings of the last `BACKLOG_S`: the prompt tokens the prefill engines
+  still have to compute (the simulator exports it; for vLLM, waiting requests × prompt tokens per request) and
+  the sequences decoding or waiting at the decode engines.
 """
 
 import itertools
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,6 +26,8 @@ from motor.config.planner import PlannedRole
 from motor.planner.capacity import DecodeSample, decode_capacity, prefill_capacity
 from motor.planner.decide import Figures
 from motor.planner.readings import EngineReading, Reading
+
+BACKLOG_S = 3.0  # what waits is averaged over the readings of the last few seconds: one look is noisy
 
 
 @dataclass
@@ -102,9 +105,14 @@ def window_figures(
         [rate for instance, rate in last.prefill_rates.items() if _role(last, instance) == "prefill"],
     )
     decode = decode_capacity(decode_samples, itl_objective_s)
-    engines = last.engines.values()
-    queued_tokens = sum(
-        _queued_tokens(engine, prompt_tokens) for engine in engines if engine.role == "prefill"
+    recent = [reading for reading in readings if reading.at >= last.at - BACKLOG_S]
+    queued_tokens = statistics.fmean(
+        sum(_queued_tokens(e, prompt_tokens) for e in reading.engines.values() if e.role == "prefill")
+        for reading in recent
+    )
+    decode_sequences = statistics.fmean(
+        sum(e.running + e.waiting for e in reading.engines.values() if e.role == "decode")
+        for reading in recent
     )
     return Figures(
         counts=counts,
@@ -116,7 +124,7 @@ def window_figures(
         decode_tokens_per_s=decode.tokens_per_s if decode else None,
         decode_batch=decode.batch if decode else None,
         prefill_queued_tokens=queued_tokens,
-        decode_sequences=sum(e.running + e.waiting for e in engines if e.role == "decode"),
+        decode_sequences=decode_sequences,
         changing=changing,
         notes=(prefill_note, decode.describe() if decode else "decode capacity not measured yet"),
     )

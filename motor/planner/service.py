@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 
 READ_S = 1.0
 HISTORY = 20
+# Instances the job runs that are not active yet (a deploy coming up, an engine starting) hold decisions this
+# long at most: the planner must not size a job before it serves, nor wait forever on an instance that crashes.
+NOT_READY_HOLD_S = 600.0
 CAPACITY_HISTORY_S = 120.0  # readings kept for the capacities (the traffic is measured over window_s)
 
 FIGURE_NAMES = (
@@ -74,6 +77,7 @@ class Planner:
         self.counts: Counts = {role: 0 for role in PLANNED_ROLES}
         self.applying: str | None = None
         self._change: asyncio.Task[None] | None = None
+        self._not_ready_since: float | None = None
 
     async def run(self) -> None:
         next_decision = time.monotonic() + self.config.interval_s
@@ -105,8 +109,14 @@ class Planner:
                 Decision("hold", dict(self.counts), f"cannot read the instance counts: {exc}", self.clock())
             )
         busy = f"carrying out {self.applying}" if self.applying else await self.actuator.busy()
+        busy = busy or self._not_ready()
         figures = window_figures(
-            list(self.readings), self.config.itl_slo_ms / 1000.0, self.counts, self.active(), busy
+            list(self.readings),
+            self.config.itl_slo_ms / 1000.0,
+            self.counts,
+            self.active(),
+            busy,
+            window_s=self.config.window_s,
         )
         self.figures = figures
         decision, self.memory = decide(figures, self.config, self.spec.bounds, self.memory, self.clock())
@@ -114,6 +124,22 @@ class Planner:
         if decision.kind != "hold":
             self._start(decision)
         return decision
+
+    def _not_ready(self) -> str | None:
+        """Why to wait for the job's instances (None: they are all active, or have been waited for long enough)."""
+        active = self.active()
+        if all(active[role] >= self.counts[role] for role in PLANNED_ROLES):
+            self._not_ready_since = None
+            return None
+        now = time.monotonic()
+        if self._not_ready_since is None:
+            self._not_ready_since = now
+        if now - self._not_ready_since >= NOT_READY_HOLD_S:
+            return None
+        return (
+            f"instances not active yet: {_counts(active)} of {_counts(self.counts)} "
+            f"(held {now - self._not_ready_since:.0f} of {NOT_READY_HOLD_S:.0f} s)"
+        )
 
     def active(self) -> Counts:
         counts: Counts = {role: 0 for role in PLANNED_ROLES}

@@ -118,3 +118,13 @@ def test_bounds_resolve_the_budget_into_each_role(
     assert (bounds.minimum["prefill"], bounds.minimum["decode"]) == minimum
     assert (bounds.maximum["prefill"], bounds.maximum["decode"]) == maximum
     assert bounds.within_budget({"prefill": minimum[0], "decode": minimum[1]})
+
+
+def test_every_split_the_planner_may_reach_validates() -> None:
+    """Its scale path validates the config with the new counts: the port check of the most instances must hold
+    for every split within the budget, not only for the one deployed."""
+    for prefill in range(1, 8):
+        for decode in range(1, 9 - prefill):
+            load_documents(
+                *sim({"enable": True, "max_instances": 8}, p_instances_num=prefill, d_instances_num=decode)
+            )
