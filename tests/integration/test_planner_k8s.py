@@ -23,9 +23,9 @@ from motor.deploy.plan import build_plan
 from motor.planner.actuate import carry_out
 from motor.planner.kubernetes import KubernetesActuator
 from motor.planner.scrape import Scraper
-from motor.protocol.controller import ControllerState, InstanceView
-from motor.protocol.instances import Endpoint, Instance
+from motor.protocol.controller import ControllerState
 from motor.runtime.net import free_local_ports
+from tests.fixtures.planner import instance_view
 from tests.integration.k8s_support import SIM_ENV, sim_user_config, write_config
 from tests.integration.test_k8s_apply import Cluster, cluster  # noqa: F401 (the emulator fixture)
 from tests.integration.test_k8s_manifests import validate_all
@@ -67,23 +67,7 @@ class StandInController:
 
     async def _instances(self, request: web.Request) -> web.Response:
         assert request.headers["Authorization"] == f"Bearer {TOKEN}"
-        views = [
-            InstanceView(
-                instance=Instance(
-                    id=name,
-                    role=name.split("-")[0],  # type: ignore[arg-type]
-                    engine_id=name,
-                    model_name="sim",
-                    endpoints=[Endpoint(host="10.0.0.1", port=8000)],
-                ),
-                node_manager_url="http://10.0.0.1:1030",
-                engine_state="healthy",
-                engine_restarts=0,
-                registrations=1,
-                seconds_since_heartbeat=0.1,
-            )
-            for name in self.active()
-        ]
+        views = [instance_view(name) for name in self.active()]
         return web.json_response(ControllerState(instances=views, coordinators=[]).model_dump(mode="json"))
 
     async def _terminate(self, request: web.Request) -> web.Response:

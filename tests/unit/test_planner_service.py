@@ -13,27 +13,8 @@ from motor.planner.journal import Journal
 from motor.planner.readings import EngineReading, Reading
 from motor.planner.service import Planner
 from motor.protocol.controller import InstanceView
-from motor.protocol.instances import Endpoint, Instance
 from motor.protocol.specs import PlannerSpec, SecretRef
-
-
-def view(name: str, status: str = "active") -> InstanceView:
-    instance = Instance(
-        id=name,
-        role=name.split("-")[0],  # type: ignore[arg-type]
-        engine_id=name,
-        model_name="m",
-        endpoints=[Endpoint(host="127.0.0.1", port=1)],
-        status=status,  # type: ignore[arg-type]
-    )
-    return InstanceView(
-        instance=instance,
-        node_manager_url="http://127.0.0.1:2",
-        engine_state="healthy",
-        engine_restarts=0,
-        registrations=1,
-        seconds_since_heartbeat=0.1,
-    )
+from tests.fixtures.planner import instance_view
 
 
 class Cluster:
@@ -59,7 +40,7 @@ class Actuator:
         self.cluster.scaled.append(dict(counts))
         self.cluster.counts = dict(counts)
         self.cluster.instances = [
-            view(f"{role}-{i}") for role in ("prefill", "decode") for i in range(counts[role])
+            instance_view(f"{role}-{i}") for role in ("prefill", "decode") for i in range(counts[role])
         ]
 
 
@@ -123,7 +104,7 @@ def planner_of(tmp_path: Path, cluster: Cluster, **config: Any) -> Planner:
 
 
 def test_the_traffic_is_measured_over_the_window(tmp_path: Path) -> None:
-    cluster = Cluster([view("prefill-0"), view("decode-0")])
+    cluster = Cluster([instance_view("prefill-0"), instance_view("decode-0")])
     planner = planner_of(tmp_path, cluster)
     for reading in readings_with_a_phase_change():
         planner._remember(reading)
@@ -133,14 +114,14 @@ def test_the_traffic_is_measured_over_the_window(tmp_path: Path) -> None:
 
 
 def test_a_job_whose_instances_are_not_all_active_is_not_sized(tmp_path: Path) -> None:
-    cluster = Cluster([view("prefill-0"), view("decode-0", status="initial")])
+    cluster = Cluster([instance_view("prefill-0"), instance_view("decode-0", status="initial")])
     planner = planner_of(tmp_path, cluster)
     decision = asyncio.run(planner.decide_once())
     assert decision.kind == "hold" and "instances not active yet: 1P+0D of 1P+1D" in decision.reason
 
 
 def test_a_change_is_carried_out_and_journaled(tmp_path: Path) -> None:
-    cluster = Cluster([view("prefill-0"), view("decode-0")])
+    cluster = Cluster([instance_view("prefill-0"), instance_view("decode-0")])
     planner = planner_of(tmp_path, cluster)
     for reading in readings_with_a_phase_change()[:10]:  # 2,000-token prompts: prefill needs more than one
         planner._remember(reading)
