@@ -94,7 +94,7 @@ def decide(
         return Decision("hold", current, reason, now, need), keep
 
     if figures.changing is not None:
-        return hold(f"waiting for the change in progress: {figures.changing}")
+        return hold(f"waiting: {figures.changing}")
     need, explained = role_needs(figures, config, bounds)
     if need is None:
         return hold(explained)

@@ -86,7 +86,7 @@ AGREED = Memory(proposal=None, streak=0)
          "missing figures: output tokens per request"),
         ("no rate yet", figures(2, 2), None, None, "hold", (2, 2), "no arrival rate"),
         ("in progress", figures(1, 1, **MIXED, changing="decode-2 starting"), None, None, "hold", (1, 1),
-         "waiting for the change in progress: decode-2 starting"),
+         "waiting: decode-2 starting"),
         ("cooldown", figures(1, 1, **MIXED), None, Memory(changes=(95.0,)), "hold", (1, 1), "cooldown, 5 s left"),
         ("changes per minute", figures(1, 1, **MIXED), config(cooldown_s=0.0, max_changes_per_minute=2),
          Memory(changes=(50.0, 90.0)), "hold", (1, 1), "2 changes in the last minute"),
