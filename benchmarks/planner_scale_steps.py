@@ -104,7 +104,9 @@ def plot(took: dict[str, list[list[float]]], path: Path) -> None:
     fig, axes = figure(width=8.0)
     ax = axes[0][0]
     kinds = list(took)
-    ax.boxplot([[sum(parts) for parts in took[kind]] for kind in kinds], tick_labels=kinds, orientation="horizontal")
+    ax.boxplot(
+        [[sum(parts) for parts in took[kind]] for kind in kinds], tick_labels=kinds, orientation="horizontal"
+    )
     ax.set_xlabel("seconds until the job is ready again")
     ax.set_title("planner scale steps, local sim job")
     save(fig, path)
