@@ -186,6 +186,23 @@ def test_engine_deployments_get_accelerators_weights_and_entry_point() -> None:
     assert prefill["spec"]["strategy"] == {"type": "Recreate"}
 
 
+def test_a_coordinator_routing_on_kv_events_reads_the_engines_tokenizer_from_the_weights() -> None:
+    user = json.loads((SEED_DIR / "user_config.json").read_text())
+    env = json.loads((SEED_DIR / "env.json").read_text())
+    plain = by_kind_name(manifests_for(user, env))["Deployment", "coordinator"]
+    assert "weight" not in {mount["name"] for mount in container(plain)["volumeMounts"]}
+    user["motor_coordinator_config"]["scheduler_config"]["scheduler_type"] = "kv_cache_affinity"
+    objects = manifests_for(user, env)
+    validate_all(objects)
+    coordinator = by_kind_name(objects)["Deployment", "coordinator"]
+    volumes = {v["name"]: v for v in coordinator["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["weight"]["hostPath"]["path"] == "/mnt/weight"
+    assert {"name": "weight", "mountPath": "/mnt/weight", "readOnly": True} in container(coordinator)[
+        "volumeMounts"
+    ]
+    assert "resources" in container(coordinator) and "huawei.com/Ascend910" not in str(container(coordinator))
+
+
 def test_accelerator_resource_follows_hardware_type() -> None:
     nvidia = by_kind_name(manifests_for(SIM_VARIANTS["multi-nvidia-2-pods"]))["Deployment", "decode-0"]
     assert container(nvidia)["resources"]["limits"] == {"nvidia.com/gpu": 1}

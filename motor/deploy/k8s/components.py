@@ -18,7 +18,7 @@ from motor.deploy.k8s.workloads import component_labels, component_services, dep
 from motor.deploy.plan import Component
 from motor.deploy.prometheus import component_endpoints
 from motor.protocol import env as env_names
-from motor.protocol.specs import NodeManagerSpec
+from motor.protocol.specs import CoordinatorSpec, NodeManagerSpec
 
 
 def component_objects(context: ManifestContext, component: Component) -> list[Manifest]:
@@ -56,10 +56,13 @@ def component_deployment(context: ManifestContext, component: Component) -> Mani
         "volumeMounts": mounts,
         "securityContext": hardening.container_security(as_root=as_root, read_only_root=read_only_root),
     }
+    if engine_host or _loads_tokenizer(component):
+        container["volumeMounts"].append(weight_mount(context))
+        volumes.append(weight_volume(context))
     if engine_host:
         shm_volume, shm_mount = hardening.shm_volume(context.deploy.dshm_size)
-        container["volumeMounts"] += [weight_mount(context), shm_mount]
-        volumes += [weight_volume(context), shm_volume]
+        container["volumeMounts"].append(shm_mount)
+        volumes.append(shm_volume)
         resources = accelerator_resources(context, component.accelerators)
         if resources:
             container["resources"] = resources
@@ -83,6 +86,17 @@ def component_deployment(context: ManifestContext, component: Component) -> Mani
         pod_spec,
         recreate,
         metrics_port=component_endpoints(component)[0].port,
+    )
+
+
+def _loads_tokenizer(component: Component) -> bool:
+    """A coordinator under kv_cache_affinity with vLLM engines loads their tokenizer from the model directory,
+    which it reads from the weights' host path as the engines do."""
+    spec = component.spec
+    return (
+        isinstance(spec, CoordinatorSpec)
+        and spec.kv_index is not None
+        and spec.kv_index.model_path is not None
     )
 
 
