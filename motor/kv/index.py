@@ -7,8 +7,9 @@ Blocks are keyed by their 64-bit event hash (motor.kv.block_hashes). A tier is w
 Each instance has a slot while it holds blocks, and a set of instances is one integer with a bit per slot (-1:
 every instance, held or not); the lowest freed slot goes to the next new instance, so masks stay as wide as the
 instance count. Blocks are kept in runs: consecutive blocks of one hash chain held by the same instances (a
-prefix, a conversation's tail), one mask per run. A prompt's walk (`runs`) costs one lookup and one list
-comparison per run on its path, not one lookup per block, and what it answers is a few groups of instances
+prefix, a conversation's tail), one mask per run. A prompt's walk (`runs`) costs one lookup and a few
+comparisons per run on its path (block hashes are chained: where a prompt's hash equals a run's, everything before
+agrees too, so the end of the agreement is found by bisection), not one lookup per block, and what it answers is a few groups of instances
 (masks) that hold the same leading blocks, however many instances hold them. Runs are split where their holders
 start to differ and a chain one instance extends grows its own run.
 
@@ -134,6 +135,20 @@ def _agreeing(a: tuple[int, ...], i: int, b: tuple[int, ...], j: int) -> int:
     return next(k for k in range(length) if a[i + k] != b[j + k])
 
 
+def _chain_agreeing(a: tuple[int, ...], i: int, b: tuple[int, ...], j: int) -> int:
+    """`_agreeing` for two hash chains that agree at their starts (`a[i] == b[j]`): a block's hash covers every
+    block before it, so they agree up to the last position where they are equal, found by bisection (a few
+    comparisons where a run of hundreds of blocks would cost hundreds)."""
+    agree, disagree = 1, min(len(a) - i, len(b) - j) + 1
+    while disagree - agree > 1:
+        middle = (agree + disagree) // 2
+        if a[i + middle - 1] == b[j + middle - 1]:
+            agree = middle
+        else:
+            disagree = middle
+    return agree
+
+
 def _position(run: _Run, block: int) -> int:
     return 0 if run.blocks[0] == block else run.blocks.index(block)
 
@@ -228,7 +243,7 @@ class KvIndex:
             if kept != alive:
                 found.append((end, alive ^ kept))
                 alive = kept
-            end += _agreeing(hashes, end, run.blocks, _position(run, hashes[end]))
+            end += _chain_agreeing(hashes, end, run.blocks, _position(run, hashes[end]))
         if alive:
             found.append((end, alive))
         return found
