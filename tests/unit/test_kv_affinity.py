@@ -9,7 +9,7 @@ from motor.coordinator.kv_events.locator import KvLocatorFromIndex
 from motor.coordinator.scheduling.compiled import GenericDecider, KvAffinityDecider, compile_profile
 from motor.coordinator.scheduling.demand import Demand
 from motor.coordinator.scheduling.kv_affinity import KvAffinityScorer, KvAffinityWeights
-from motor.coordinator.scheduling.kv_matches import KvMatches, TierBlocks
+from motor.coordinator.scheduling.kv_matches import NO_BLOCKS, KvGroup, KvMatches, TierBlocks
 from motor.coordinator.scheduling.load import EndpointLoad, Pool
 from motor.coordinator.scheduling.profiles import PolicyOptions, build_profile
 from motor.coordinator.scheduling.scheduler import Scheduler
@@ -31,6 +31,13 @@ class FixedLocator:
 
     def locate(self, demand: Demand) -> KvMatches | None:
         return self.matches
+
+
+def matches_of(by_key: dict[str, TierBlocks], default: TierBlocks = NO_BLOCKS) -> KvMatches:
+    """A locator's answer with one group per endpoint key."""
+    keys = list(by_key)
+    groups = tuple(KvGroup(blocks, 1 << slot) for slot, blocks in enumerate(by_key.values()))
+    return KvMatches(groups, {key: slot for slot, key in enumerate(keys)}, keys, default)
 
 
 def pool_of(loads: list[float]) -> list[EndpointLoad]:
@@ -61,7 +68,7 @@ def test_unified_cost_is_pymotors_formula() -> None:
 def test_unified_trades_cached_blocks_against_load() -> None:
     # e0 holds 8 of 10 blocks but carries 100 tokens; e1 is idle and holds nothing: 160-128+100 < 160 + 0
     endpoints = pool_of([100.0, 0.0])
-    matches = KvMatches.of_keys({endpoints[0].key: TierBlocks(npu=8)})
+    matches = matches_of({endpoints[0].key: TierBlocks(npu=8)})
     scorer = KvAffinityScorer(FixedLocator(matches), KvAffinityWeights())
     scores = scorer.score(endpoints, demand())
     assert scores[0] > scores[1]
@@ -72,7 +79,7 @@ def test_unified_trades_cached_blocks_against_load() -> None:
 
 def test_load_gated_keeps_the_least_loaded_then_the_longest_match() -> None:
     endpoints = pool_of([0.0, 10.0, 500.0])
-    matches = KvMatches.of_keys({endpoints[1].key: TierBlocks(npu=2), endpoints[2].key: TierBlocks(npu=9)})
+    matches = matches_of({endpoints[1].key: TierBlocks(npu=2), endpoints[2].key: TierBlocks(npu=9)})
     weights = KvAffinityWeights(mode="load_gated")
     options = PolicyOptions(kv_locator=FixedLocator(matches), kv_weights=weights)
     profile = build_profile("kv_cache_affinity", "prefill", options)
@@ -85,7 +92,7 @@ def test_load_gated_keeps_the_least_loaded_then_the_longest_match() -> None:
 
 def test_no_token_ids_or_too_little_matched_goes_by_load() -> None:
     endpoints = pool_of([50.0, 5.0])
-    matches = KvMatches.of_keys({endpoints[0].key: TierBlocks(npu=1)})
+    matches = matches_of({endpoints[0].key: TierBlocks(npu=1)})
     for weights, request in (
         (KvAffinityWeights(), Demand(prompt_tokens=160, max_new_tokens=8, prompt_text="no ids")),
         (KvAffinityWeights(hit_rate_threshold=0.5), demand()),
@@ -102,7 +109,7 @@ def test_no_token_ids_or_too_little_matched_goes_by_load() -> None:
 def test_the_chosen_endpoint_is_charged_only_what_it_must_compute() -> None:
     scheduler = Scheduler("kv_cache_affinity", kv_locator=FixedLocator(None))
     targets = [make_target(i) for i in range(2)]
-    matches = KvMatches.of_keys({targets[1].key: TierBlocks(npu=6)})
+    matches = matches_of({targets[1].key: TierBlocks(npu=6)})
     scheduler.options.kv_locator.matches = matches  # type: ignore[union-attr]
     scheduler.set_targets(targets)
     request = demand()
@@ -140,7 +147,7 @@ def test_compiled_decider_matches_the_generic_one(mode: str) -> None:
         for endpoint in endpoints:
             endpoint.last_pick = rng.randint(-20, 20)
         named = rng.sample(endpoints, rng.randint(0, n))
-        matches = KvMatches.of_keys(
+        matches = matches_of(
             {e.key: TierBlocks(npu=rng.randint(0, 10), cpu=rng.randint(0, 3)) for e in named},
             TierBlocks(cpu=rng.randint(0, 1)),
         )

@@ -47,13 +47,6 @@ class KvMatches:
     default: TierBlocks = NO_BLOCKS
     slot_version: int = 0  # changes whenever `slots` gives a bit to another key
 
-    @classmethod
-    def of_keys(cls, by_key: Mapping[str, TierBlocks], default: TierBlocks = NO_BLOCKS) -> "KvMatches":
-        """One group per endpoint key (for locators that answer per endpoint; the slots are new each time)."""
-        keys = list(by_key)
-        groups = tuple(KvGroup(blocks, 1 << slot) for slot, blocks in enumerate(by_key.values()))
-        return cls(groups, {key: slot for slot, key in enumerate(keys)}, keys, default)
-
     def blocks_of(self, key: str) -> TierBlocks:
         slot = self.slots.get(key)
         if slot is not None:
