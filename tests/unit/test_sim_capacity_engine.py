@@ -74,6 +74,21 @@ async def test_a_full_kv_budget_makes_the_next_request_wait() -> None:
     await engine.close()
 
 
+async def test_prompt_tokens_are_counted_once_computed_as_vllm_counts_them() -> None:
+    # a reader of the counters over an interval (the planner's prefill capacity) must see what was computed in
+    # it, not what arrived: vLLM counts a prompt's tokens with its first output
+    engine, metrics, _ = make_engine(capacity=SLOW)
+    tokens = engine.generate(request(max_tokens=2))
+    first = asyncio.ensure_future(anext(tokens))
+    await settle()
+    assert engine.queued_prefill_tokens() == len(PROMPT)
+    assert metrics.prompt_tokens == metrics.prompt_tokens_by_source["local_compute"] == 0
+    await first
+    assert metrics.prompt_tokens == metrics.prompt_tokens_by_source["local_compute"] == len(PROMPT)
+    await tokens.aclose()
+    await engine.close()
+
+
 async def test_a_request_that_can_never_fit_is_refused_with_400() -> None:
     engine, metrics, _ = make_engine(capacity=FREE, num_kv_blocks=2)
     with pytest.raises(SimError) as error:

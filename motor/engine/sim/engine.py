@@ -211,7 +211,7 @@ class SimEngine:
         """The capacity model: the step loop computes the prompt and emits the tokens; this relays them."""
         hashes, prompt_kv = await self._prepare(seq, take_slot=False)
         try:
-            context = self._compute_prompt_kv(seq, hashes, prompt_kv)
+            context = self._compute_prompt_kv(seq, hashes, prompt_kv, count=False)
             tokens = _SteppedTokens(seq, functools.partial(self._next_token, seq, context))
             job = ScheduledSequence(
                 tokens.emit,
@@ -228,6 +228,7 @@ class SimEngine:
                 raise SimError(400, str(exc)) from None
             try:
                 await tokens.wait_for(1)
+                self._count_prompt(seq, prompt_kv)  # as vLLM: once the prompt is computed, not when it queues
                 await self._publish_prompt_kv(seq, hashes, prompt_kv)
                 sent = 0
                 while True:
@@ -294,11 +295,16 @@ class SimEngine:
         await self._publish_prompt_kv(seq, hashes, prompt_kv)
         return context
 
-    def _compute_prompt_kv(self, seq: Sequence, hashes: list[bytes], prompt_kv: _PromptKv) -> SequenceContext:
-        """Count the prompt's tokens by source and compute the blocks it lacks; returns the KV fingerprint."""
+    def _compute_prompt_kv(
+        self, seq: Sequence, hashes: list[bytes], prompt_kv: _PromptKv, count: bool = True
+    ) -> SequenceContext:
+        """Compute the blocks the prompt lacks (and, with `count`, count its tokens by source); returns the KV
+        fingerprint."""
         config = self._config
         prompt = seq.request.prompt_token_ids
-        self._count_prompt(seq, prompt_kv)
+        seq.cached_tokens = self._cached_tokens(prompt_kv)
+        if count:
+            self._count_prompt(seq, prompt_kv)
         blocks = prompt_kv.blocks
         for block_hash in hashes[len(blocks) :]:
             kv = compute_kv(block_hash, config.block_bytes)
@@ -324,12 +330,15 @@ class SimEngine:
             self._kv_events.changed(seq.request.prompt_token_ids, hashes, stored, evicted)
         await self._share_kv(seq, hashes, prompt_kv)
 
+    def _cached_tokens(self, prompt_kv: _PromptKv) -> int:
+        """The prompt's tokens whose KV the engine has (its prefix cache, the pool, a handover)."""
+        return len(prompt_kv.blocks) * self._config.block_size
+
     def _count_prompt(self, seq: Sequence, prompt_kv: _PromptKv) -> None:
         block_size = self._config.block_size
         num_prompt = len(seq.request.prompt_token_ids)
         local_tokens = prompt_kv.local_hits * block_size
         external_tokens = (len(prompt_kv.blocks) - prompt_kv.local_hits) * block_size
-        seq.cached_tokens = local_tokens + external_tokens
         metrics = self._metrics
         metrics.prompt_tokens += num_prompt
         metrics.prompt_tokens_by_source["local_cache_hit"] += local_tokens
