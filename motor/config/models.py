@@ -607,6 +607,11 @@ class PlannerConfig(Section):
     enable_role_conversion: Bool = Field(
         default=True, description="under a full budget, turn instances of one role into the other"
     )
+    fill_budget: Bool = Field(
+        default=False,
+        description="keep every instance the budget allows, split between the roles by need (else the fewest "
+        "instances that meet the needs)",
+    )
 
 
 # ---- engine sections -------------------------------------------------------------------------------------

@@ -860,6 +860,7 @@ _motor_own(
     "enable_role_conversion",
     "how often and how cautiously the planner changes the counts",
 )
+_motor_own(_PL, "fill_budget", "keep the whole budget, split between the roles by need (default false)")
 
 # ---- env.json ---------------------------------------------------------------------------------------------
 

@@ -1,29 +1,37 @@
 """The planner's decision (pure: figures, config and memory in; a decision and the next memory out).
 
-What each role needs, in instances (fractional):
+What each role needs, in instances (fractional), for the arrivals (its traffic need):
 
-    prefill = max(arrivals/s × prompt tokens computed per request / (tokens/s one instance computes × ρ),
-                  prompt tokens queued now / (tokens/s one instance computes × the TTFT budget))
-    decode  = max(arrivals/s × output tokens per request / (tokens/s one instance decodes at the ITL
-                  objective × max_utilization),
-                  sequences decoding or waiting now / (the batch one instance holds at the objective ×
-                  max_utilization))
+    prefill = arrivals/s × prompt tokens computed per request / (tokens/s one instance computes × ρ)
+    decode  = arrivals/s × output tokens per request / (tokens/s one instance decodes at the ITL objective ×
+              max_utilization)
+
+and with what waits now (its need now, never below the traffic need):
+
+    prefill: prompt tokens queued now / (tokens/s one instance computes × the TTFT budget)
+    decode:  sequences decoding or waiting now / (the batch one instance holds at the objective × max_utilization)
 
 The TTFT budget is the objective less one decode step (the first token comes from the decode instance). ρ is
 the busiest a prefill instance may be while a prompt's wait stays within that budget: a prefill instance works
 through its queue like one server at a constant rate, whose mean wait at utilisation ρ is S·ρ / (2(1 − ρ)) for a
 prompt taking S seconds alone (M/D/1), so S + wait ≤ budget gives ρ ≤ 2(r − 1)/(2r − 1) with r = budget / S;
-never above max_utilization. The queue terms react to a burst at once, before the per-request averages move.
+never above max_utilization.
 
-The targets: of every split within the bounds and the budget, the fewest instances (accelerators) that meet
-both needs; when none does, the split whose worse-covered role is covered best (count / need), then the one
-nearest the current counts. Growth is applied at once (bursts; while the shrinking part of a target waits, the
-best split that shrinks nothing is applied); a change that shrinks a role must be proposed
-`scale_down_intervals` decisions in a row and clear the hysteresis margin: the shrunk role's need stays at most
-(1 − margin) of its new count, or, under a budget that cannot meet both needs, the move raises the worse role's
-coverage by the margin. Nothing changes during a scale still in progress, within `cooldown_s` of the last
-change, or past `max_changes_per_minute`; without the figures a role's need takes, the planner holds and says
-which are missing. Idle (nothing arrives, nothing queued): the minimums.
+The split follows the traffic needs: of every split within the bounds and the budget, the fewest instances
+(accelerators) that meet both; when none does, the split whose worse-covered role is covered best (count /
+need), then the one nearest the current counts. With `fill_budget` only the splits that fill the budget count
+(no role could grow by one within its bounds), the one whose worse-covered role is covered best: the budget is
+kept and split by need; a split that covers both needs by the hysteresis margin is kept, and a move must raise
+the worse role's coverage by the margin. The needs now react to a burst at once, before the per-request averages
+move, but only by growing a role into free budget: a queue never takes instances from the other role (a
+conversion takes seconds, by which time the queue is gone, and a new instance only serves new arrivals). Growth
+is applied at once (while the shrinking part of a target waits, the best split that shrinks nothing is
+applied); a change that shrinks a role must be proposed `scale_down_intervals` decisions in a row and clear the
+hysteresis margin: the shrunk role's need now stays at most (1 − margin) of its new count, or, when the current
+counts do not cover the traffic, the move raises the worse role's coverage by the margin. Nothing changes during
+a scale still in progress, within `cooldown_s` of the last change, or past `max_changes_per_minute`; without the
+figures a role's need takes, the planner holds and says which are missing. Idle (nothing arrives, nothing
+queued): the minimums (filling the budget: the counts it runs).
 """
 
 import math
@@ -95,36 +103,44 @@ def decide(
 
     if figures.changing is not None:
         return hold(f"waiting: {figures.changing}")
-    need, explained = role_needs(figures, config, bounds)
-    if need is None:
+    needs, explained = role_needs(figures, config, bounds)
+    if needs is None:
         return hold(explained)
-    target = best_split(need, current, bounds, config.enable_role_conversion)
-    summary = f"{explained} → {_counts(target)} (now {_counts(current)})"
-    if target == current:
-        verdict = "meets it" if _coverage(current, need) >= 1.0 else "is the most the bounds and budget allow"
-        if verdict != "meets it" and not config.enable_role_conversion:
-            verdict += " without role conversion"
-        return hold(
-            f"{explained}: {_counts(current)} {verdict}", need, replace(memory, proposal=None, streak=0)
-        )
+    need, traffic = needs.now, needs.traffic
+    fill, conversion = config.fill_budget, config.enable_role_conversion
+    # the split the arrivals want; what waits now only grows a role into free budget (and holds a shrink back)
+    target = best_split(traffic, current, bounds, conversion, fill=fill)
+    grown = best_split(need, current, bounds, conversion, floor=current, fill=fill)
+    covered = _coverage(current, traffic)
+    if fill and target != current and _full(current, bounds) and covered >= 1 + config.hysteresis_margin:
+        target, kept = current, f"covers both needs by the margin ({_times(covered)})"
+    else:
+        kept = "meets it" if covered >= 1.0 else "is the most the bounds and budget allow"
+        if kept != "meets it" and not conversion:
+            kept += " without role conversion"
     shrinking = [role for role in PLANNED_ROLES if target[role] < current[role]]
-    growing = [role for role in PLANNED_ROLES if target[role] > current[role]]
-    proposal = (target["prefill"], target["decode"])
-    streak = memory.streak + 1 if memory.proposal == proposal else 1
-    seen = replace(memory, proposal=proposal, streak=streak)
+    if not shrinking and grown == current:
+        return hold(f"{explained}: {_counts(current)} {kept}", need, replace(memory, proposal=None, streak=0))
+    summary = f"{explained} → {_counts(target)} (now {_counts(current)})"
+    seen = replace(memory, proposal=None, streak=0)
     if shrinking:
+        proposal = (target["prefill"], target["decode"])
+        streak = memory.streak + 1 if memory.proposal == proposal else 1
+        seen = replace(memory, proposal=proposal, streak=streak)
         waits = None
-        if not _clears_margin(need, current, target, shrinking, config.hysteresis_margin):
+        if not _clears_margin(needs, current, target, shrinking, config.hysteresis_margin, fill):
             waits, seen = "within the hysteresis margin", replace(seen, streak=0)
         elif streak < config.scale_down_intervals:
             waits = f"proposed {streak} of {config.scale_down_intervals} times in a row"
         if waits is not None:
             # what grows does not wait for what shrinks: the best split that shrinks nothing, if it grows
-            grown = best_split(need, current, bounds, config.enable_role_conversion, floor=current)
             if grown == current:
                 return hold(f"{summary}: {waits}", need, seen)
             target, shrinking = grown, []
             summary = f"{explained} → {_counts(target)} (now {_counts(current)}; shrinking waits: {waits})"
+    else:
+        target, summary = grown, f"{explained} → {_counts(grown)} (now {_counts(current)})"
+    growing = [role for role in PLANNED_ROLES if target[role] > current[role]]
     last = memory.last_change
     if last is not None and now - last < config.cooldown_s:
         return hold(f"{summary}: cooldown, {config.cooldown_s - (now - last):.0f} s left", need, seen)
@@ -137,16 +153,25 @@ def decide(
     return Decision(kind, target, summary, now, need), Memory(changes=(*recent, now))
 
 
-def role_needs(
-    figures: Figures, config: PlannerConfig, bounds: PlannerBounds
-) -> tuple[dict[PlannedRole, float] | None, str]:
-    """(instances each role needs, how that was worked out), or (None, which figures are missing)."""
+@dataclass(frozen=True)
+class Needs:
+    """Instances each role needs (fractional): `traffic` for the arrivals alone, `now` with what waits now too
+    (a queue at least as long as the arrivals' need, never less)."""
+
+    now: dict[PlannedRole, float]
+    traffic: dict[PlannedRole, float]
+
+
+def role_needs(figures: Figures, config: PlannerConfig, bounds: PlannerBounds) -> tuple[Needs | None, str]:
+    """(what each role needs, how that was worked out), or (None, which figures are missing)."""
     rate = figures.arrival_rate
     if rate is None:
         return None, "no arrival rate measured yet"
     queued = figures.prefill_queued_tokens > 0 or figures.decode_sequences > 0
     if rate < IDLE_RATE and not queued:
-        return dict.fromkeys(PLANNED_ROLES, 0.0), "idle (nothing arrives, nothing queued): the minimums"
+        idle = "idle (nothing arrives, nothing queued)" + ("" if config.fill_budget else ": the minimums")
+        nothing = dict.fromkeys(PLANNED_ROLES, 0.0)
+        return Needs(nothing, dict(nothing)), idle
     measured = (
         ("prompt tokens per request", figures.prompt_tokens, 0.0),
         ("prefill capacity", figures.prefill_tokens_per_s, 1e-9),
@@ -158,13 +183,18 @@ def role_needs(
         return None, f"missing figures: {', '.join(missing)} (arrivals {rate:.2f}/s)"
     assert figures.prompt_tokens is not None and figures.output_tokens is not None
     assert figures.prefill_tokens_per_s is not None and figures.decode_tokens_per_s is not None
-    prefill, prefill_why = _prefill_need(rate, figures, config)
-    decode, decode_why = _decode_need(rate, figures, config)
+    prefill, prefill_queue, prefill_why = _prefill_need(rate, figures, config)
+    decode, decode_queue, decode_why = _decode_need(rate, figures, config)
     notes = f" [{'; '.join(figures.notes)}]" if figures.notes else ""
-    return {"prefill": prefill, "decode": decode}, f"prefill {prefill_why}; decode {decode_why}{notes}"
+    needs = Needs(
+        now={"prefill": max(prefill, prefill_queue), "decode": max(decode, decode_queue)},
+        traffic={"prefill": prefill, "decode": decode},
+    )
+    return needs, f"prefill {prefill_why}; decode {decode_why}{notes}"
 
 
-def _prefill_need(rate: float, figures: Figures, config: PlannerConfig) -> tuple[float, str]:
+def _prefill_need(rate: float, figures: Figures, config: PlannerConfig) -> tuple[float, float, str]:
+    """(the arrivals' need, what the queue alone needs, why)."""
     capacity = figures.prefill_tokens_per_s or 0.0
     tokens = figures.prompt_tokens or 0.0
     budget_s = max((config.ttft_slo_ms - config.itl_slo_ms) / 1000.0, 1e-3)
@@ -178,17 +208,19 @@ def _prefill_need(rate: float, figures: Figures, config: PlannerConfig) -> tuple
     steady = rate * tokens / (capacity * busy)
     backlog = figures.prefill_queued_tokens / (capacity * budget_s)
     why = (
-        f"needs {max(steady, backlog):.2f} ({rate:.2f}/s × {tokens:,.0f} prompt tokens at "
-        f"{capacity:,.0f} tokens/s per instance, ≤ {busy:.0%} busy"
+        f"needs {steady:.2f} ({rate:.2f}/s × {tokens:,.0f} prompt tokens at {capacity:,.0f} tokens/s per "
+        f"instance, ≤ {busy:.0%} busy"
     )
     if ratio <= 1:
         why += ", a prompt alone takes longer than the TTFT objective"
+    why += ")"
     if backlog > steady:
-        why += f"; {figures.prefill_queued_tokens:,.0f} queued tokens"
-    return max(steady, backlog), why + ")"
+        why += f", {backlog:.2f} with {figures.prefill_queued_tokens:,.0f} queued tokens"
+    return steady, backlog, why
 
 
-def _decode_need(rate: float, figures: Figures, config: PlannerConfig) -> tuple[float, str]:
+def _decode_need(rate: float, figures: Figures, config: PlannerConfig) -> tuple[float, float, str]:
+    """(the arrivals' need, what the sequences in decode alone need, why)."""
     capacity = figures.decode_tokens_per_s or 0.0
     tokens = figures.output_tokens or 0.0
     busy = config.max_utilization
@@ -196,12 +228,15 @@ def _decode_need(rate: float, figures: Figures, config: PlannerConfig) -> tuple[
     batch = figures.decode_batch
     backlog = figures.decode_sequences / (batch * busy) if batch else 0.0
     why = (
-        f"needs {max(steady, backlog):.2f} ({rate:.2f}/s × {tokens:,.0f} output tokens at "
-        f"{capacity:,.0f} tokens/s per instance within ITL {config.itl_slo_ms:,.0f} ms, ≤ {busy:.0%} busy"
+        f"needs {steady:.2f} ({rate:.2f}/s × {tokens:,.0f} output tokens at {capacity:,.0f} tokens/s per "
+        f"instance within ITL {config.itl_slo_ms:,.0f} ms, ≤ {busy:.0%} busy)"
     )
     if backlog > steady:
-        why += f"; {figures.decode_sequences:,.0f} sequences in decode, {batch:,.1f} per instance"
-    return max(steady, backlog), why + ")"
+        why += (
+            f", {backlog:.2f} with {figures.decode_sequences:,.0f} sequences in decode ({batch:,.1f} per "
+            "instance)"
+        )
+    return steady, backlog, why
 
 
 def best_split(
@@ -210,9 +245,10 @@ def best_split(
     bounds: PlannerBounds,
     conversion: bool,
     floor: Counts | None = None,
+    fill: bool = False,
 ) -> Counts:
     """The counts to run: see the module's docstring. Without `conversion`, no split takes from one role what it
-    gives the other; with a `floor`, no role goes below it."""
+    gives the other; with a `floor`, no role goes below it; with `fill`, the splits that fill the budget."""
     candidates: list[Counts] = []
     for prefill in range(bounds.minimum["prefill"], bounds.maximum["prefill"] + 1):
         for decode in range(bounds.minimum["decode"], bounds.maximum["decode"] + 1):
@@ -233,8 +269,10 @@ def best_split(
     def size(split: Counts) -> int:
         return bounds.cost(split) if bounds.max_instances is None else sum(split.values())
 
+    if fill:
+        candidates = [split for split in candidates if _full(split, bounds)] or candidates
     enough = [split for split in candidates if _coverage(split, need) >= 1.0]
-    if enough:
+    if enough and not fill:
         return min(enough, key=lambda split: (size(split), distance(split)))
     return max(
         candidates, key=lambda split: (round(_coverage(split, need), 9), -distance(split), -size(split))
@@ -246,22 +284,41 @@ def _coverage(split: Counts, need: dict[PlannedRole, float]) -> float:
     return min(split[role] / need[role] if need[role] > 0 else math.inf for role in PLANNED_ROLES)
 
 
+def _full(split: Counts, bounds: PlannerBounds) -> bool:
+    """No role could grow by one instance within its maximum and the budget."""
+    return all(
+        split[role] >= bounds.maximum[role] or not bounds.within_budget({**split, role: split[role] + 1})
+        for role in PLANNED_ROLES
+    )
+
+
 def _converts(current: Counts, split: Counts) -> bool:
     grows = any(split[role] > current[role] for role in PLANNED_ROLES)
     return grows and any(split[role] < current[role] for role in PLANNED_ROLES)
 
 
 def _clears_margin(
-    need: dict[PlannedRole, float],
+    needs: Needs,
     current: Counts,
     target: Counts,
     shrinking: list[PlannedRole],
     margin: float,
+    fill: bool,
 ) -> bool:
-    if all(need[role] <= target[role] * (1 - margin) for role in shrinking):
-        return True
-    before = _coverage(current, need)
-    return before < 1.0 and _coverage(target, need) >= before * (1 + margin)
+    """Whether a move that shrinks `shrinking` is worth it: the arrivals' coverage of the worse role rises by the
+    margin (filling the budget: always the test; else only when the current counts do not cover the arrivals),
+    or the shrunk roles' needs, what waits now included, stay below their new counts by the margin."""
+    before = _coverage(current, needs.traffic)
+    gains = _coverage(target, needs.traffic) >= before * (1 + margin)
+    if fill:
+        return gains
+    return all(needs.now[role] <= target[role] * (1 - margin) for role in shrinking) or (
+        before < 1.0 and gains
+    )
+
+
+def _times(coverage: float) -> str:
+    return "nothing needed" if math.isinf(coverage) else f"{coverage:.2f}×"
 
 
 def _counts(counts: Counts) -> str:

@@ -41,6 +41,7 @@ def run(
 
 
 AGREED = Memory(proposal=None, streak=0)
+FILL = config(fill_budget=True)
 
 
 @pytest.mark.parametrize(
@@ -65,8 +66,14 @@ AGREED = Memory(proposal=None, streak=0)
          PlannerConfig(enable=True, max_instances=10), None, "scale", (5, 4), "shrinking waits: proposed 1 of 2"),
         ("burst, little room", figures(2, 4, **MIXED, prefill_queued_tokens=8000.0), None, None, "scale", (4, 4),
          "shrinking waits: proposed 1 of 2"),
+        # a queue grows a role into free budget only: under a full budget it converts nothing (the traffic's
+        # split, 2P+3D, waits while the prefill queue needs 4.2)
         ("burst, no room", figures(4, 4, **MIXED, prefill_queued_tokens=8000.0), None, None, "hold", (4, 4),
-         "→ 5P+3D (now 4P+4D): proposed 1 of 2"),
+         "4.21 with 8,000 queued tokens; decode needs 2.68"),
+        ("burst, no room, filling the budget", figures(4, 4, **MIXED, prefill_queued_tokens=8000.0), FILL, None,
+         "hold", (4, 4), "4P+4D covers both needs by the margin (1.49×)"),
+        ("decode backlog, no room", figures(2, 6, **MIXED, decode_sequences=60.0), FILL, None, "hold", (2, 6),
+         "2P+6D covers both needs by the margin (1.42×)"),
         ("idle", figures(4, 4, arrival_rate=0.0), None, Memory(proposal=(1, 1), streak=1), "scale", (1, 1),
          "idle"),
         ("idle, first look", figures(4, 4, arrival_rate=0.0), None, None, "hold", (4, 4), "1 of 2 times"),
@@ -80,6 +87,17 @@ AGREED = Memory(proposal=None, streak=0)
          Memory(proposal=(1, 6), streak=1), "hold", (4, 4), "4P+4D is the most the bounds and budget allow without role conversion"),
         ("conversion", figures(4, 4, **ANSWER_HEAVY), None, Memory(proposal=(1, 6), streak=1), "convert",
          (1, 6), "→ 1P+6D (now 4P+4D)"),
+        # filling the budget: the split of all 8 that covers the worse role best, not the fewest that suffice
+        ("fill, answer-heavy", figures(4, 4, **ANSWER_HEAVY), FILL, Memory(proposal=(1, 7), streak=1), "convert",
+         (1, 7), "→ 1P+7D (now 4P+4D)"),
+        ("fill, kept by the margin", figures(4, 4, **MIXED), FILL, None, "hold", (4, 4),
+         "4P+4D covers both needs by the margin (1.49×)"),
+        ("fill, below the budget", figures(2, 3, **MIXED), FILL, None, "scale", (3, 5), "→ 3P+5D (now 2P+3D)"),
+        ("fill, idle", figures(4, 4, arrival_rate=0.0), FILL, Memory(proposal=(1, 1), streak=1), "hold", (4, 4),
+         "idle (nothing arrives, nothing queued): 4P+4D meets it"),
+        # needs 3.9 prefill and 3.05 decode: 4P+4D covers 1.03×, 5P+3D 0.98×: less than the margin to gain
+        ("fill, small gain", figures(5, 3, arrival_rate=10.0, prompt_tokens=331.5, output_tokens=20.48), FILL,
+         Memory(proposal=(4, 4), streak=1), "hold", (5, 3), "→ 4P+4D (now 5P+3D): within the hysteresis margin"),
         ("missing capacity", figures(2, 2, **MIXED, prefill_tokens_per_s=None), None, None, "hold", (2, 2),
          "missing figures: prefill capacity"),
         ("missing output", figures(2, 2, arrival_rate=1.0, prompt_tokens=10.0), None, None, "hold", (2, 2),
@@ -139,6 +157,21 @@ def test_no_flapping_around_a_boundary() -> None:
         seen = figures(*counts, arrival_rate=1.0, prompt_tokens=2.5 * 850.0, output_tokens=1.0)
         decision, memory = run(seen, config(cooldown_s=0.0), memory, now=200.0 + 5 * step)
     assert decision.kind == "scale" and decision.targets == {"prefill": 3, "decode": 1}
+
+
+def test_filling_the_budget_no_flapping_between_splits_that_both_cover() -> None:
+    """Prefill needing 5 while the decode need jumps between 1.2 and 0.7: at 1.2, 7P+1D does not cover it and
+    6P+2D does; back at 0.7, 7P+1D would cover both better (1.4×), but 6P+2D still covers both by the margin
+    (1.2×) and is kept."""
+    counts, memory, changes = (7, 1), Memory(), []
+    for step, output_tokens in enumerate([16.1, 16.1, 9.4, 9.4, 16.1, 16.1, 9.4, 9.4]):
+        shape = {"arrival_rate": 5.0, "prompt_tokens": 750.0, "output_tokens": output_tokens}
+        decision, memory = run(figures(*counts, **shape), config(fill_budget=True, cooldown_s=0.0), memory,
+                               now=100.0 + 5 * step)  # fmt: skip
+        if decision.kind != "hold":
+            counts = (decision.targets["prefill"], decision.targets["decode"])
+            changes.append(counts)
+    assert changes == [(6, 2)]
 
 
 def test_a_proposal_that_changes_starts_its_count_again() -> None:
