@@ -335,10 +335,11 @@ class SimEngine:
         return len(prompt_kv.blocks) * self._config.block_size
 
     def _count_prompt(self, seq: Sequence, prompt_kv: _PromptKv) -> None:
-        block_size = self._config.block_size
+        """Count the prompt's tokens by source from `seq.cached_tokens`, fixed before its blocks were computed
+        (`prompt_kv.blocks` holds the computed ones too once the capacity model counts, at the first token)."""
         num_prompt = len(seq.request.prompt_token_ids)
-        local_tokens = prompt_kv.local_hits * block_size
-        external_tokens = (len(prompt_kv.blocks) - prompt_kv.local_hits) * block_size
+        local_tokens = prompt_kv.local_hits * self._config.block_size
+        external_tokens = seq.cached_tokens - local_tokens
         metrics = self._metrics
         metrics.prompt_tokens += num_prompt
         metrics.prompt_tokens_by_source["local_cache_hit"] += local_tokens
