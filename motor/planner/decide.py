@@ -26,8 +26,8 @@ the worse role's coverage by the margin. The needs now react to a burst at once,
 move, but only by growing a role into free budget: a queue never takes instances from the other role (a
 conversion takes seconds, by which time the queue is gone, and a new instance only serves new arrivals). Growth
 is applied at once (while the shrinking part of a target waits, the best split that shrinks nothing is
-applied); a change that shrinks a role must be proposed `scale_down_intervals` decisions in a row and clear the
-hysteresis margin: the shrunk role's need now stays at most (1 − margin) of its new count, or, when the current
+applied); a change that shrinks a role must be proposed `scale_down_intervals` decisions in a row (proposals
+that move the roles the same way agree, and the latest is made) and clear the hysteresis margin: the shrunk role's need now stays at most (1 − margin) of its new count, or, when the current
 counts do not cover the traffic, the move raises the worse role's coverage by the margin. Nothing changes during
 a scale still in progress, within `cooldown_s` of the last change, or past `max_changes_per_minute`; without the
 figures a role's need takes, the planner holds and says which are missing. Idle (nothing arrives, nothing
@@ -69,8 +69,8 @@ class Figures:
 
 @dataclass(frozen=True)
 class Memory:
-    """What the planner remembers between decisions: its changes (times) and the shrinking proposal it has
-    seen in a row."""
+    """What the planner remembers between decisions: its changes (times), the latest shrinking proposal and how
+    many decisions in a row proposed a move the same way."""
 
     changes: tuple[float, ...] = ()
     proposal: tuple[int, int] | None = None
@@ -125,7 +125,8 @@ def decide(
     seen = replace(memory, proposal=None, streak=0)
     if shrinking:
         proposal = (target["prefill"], target["decode"])
-        streak = memory.streak + 1 if memory.proposal == proposal else 1
+        agrees = memory.proposal is not None and _moves(memory.proposal, current) == _moves(proposal, current)
+        streak = memory.streak + 1 if agrees else 1
         seen = replace(memory, proposal=proposal, streak=streak)
         waits = None
         if not _clears_margin(needs, current, target, shrinking, config.hysteresis_margin, fill):
@@ -289,6 +290,16 @@ def _full(split: Counts, bounds: PlannerBounds) -> bool:
     return all(
         split[role] >= bounds.maximum[role] or not bounds.within_budget({**split, role: split[role] + 1})
         for role in PLANNED_ROLES
+    )
+
+
+def _moves(proposal: tuple[int, int], current: Counts) -> tuple[int, int]:
+    """Which way a proposal moves each role: -1, 0, +1 (proposals that move the roles alike agree, so a need
+    still drifting after a phase change does not start the count again at every decision)."""
+    prefill, decode = proposal
+    return (
+        (prefill > current["prefill"]) - (prefill < current["prefill"]),
+        (decode > current["decode"]) - (decode < current["decode"]),
     )
 
 
