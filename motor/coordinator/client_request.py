@@ -7,7 +7,6 @@ fields (only motor sets those: a client's would point engines at any address, `i
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,9 +27,18 @@ DEFAULT_INPUT = InputConfig()
 # Fields of the KV handover (docs/kv_transfer_params.md) that motor alone sets on engine legs.
 TRANSFER_FIELDS = ("kv_transfer_params", "bootstrap_host", "bootstrap_port", "bootstrap_room")
 INT_LIMIT = 1 << 63
-# Only a body with a 20-digit run or a 3-digit exponent can hold an integer or float out of range; the
-# stricter (slower) decoder is used for those alone.
-_LARGE_NUMBER = re.compile(rb"\d{20}|[eE][+-]?\d{3}")
+# Only a body with a 20-digit run or a 3-digit exponent ([eE][+-]?\d{3}) can hold an integer or float out of
+# range; the stricter (slower) decoder is used for those alone. The body is scanned for them as plain
+# substrings once every digit reads "0", "E" reads "e" and "-" reads "+" (a regular expression took 20 times
+# longer on a 10 kB body).
+_NUMBER_SHAPES = bytes.maketrans(b"123456789E-", b"000000000e+")
+_TWENTY_DIGITS = b"0" * 20
+
+
+def might_hold_large_number(raw: bytes) -> bool:
+    """Whether `raw` has a run of 20 digits or an exponent of at least 3 digits."""
+    shapes = raw.translate(_NUMBER_SHAPES)
+    return _TWENTY_DIGITS in shapes or b"e000" in shapes or b"e+000" in shapes
 
 
 def _no_constant(name: str) -> float:
@@ -129,7 +137,7 @@ def parse_request(
 
 def load_body(raw: bytes, max_depth: int) -> Any:
     """The parsed body: strict UTF-8 JSON, numbers in range, at most `max_depth` levels of nesting."""
-    large_numbers = _LARGE_NUMBER.search(raw) is not None
+    large_numbers = might_hold_large_number(raw)
     if not large_numbers:
         try:
             return _bounded_depth(raw, orjson.loads(raw), max_depth)
