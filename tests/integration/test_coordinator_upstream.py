@@ -52,7 +52,7 @@ async def test_keep_alive_connections_are_reused(healthy: SimEngine) -> None:
     for _ in range(5):
         connection = await send(pool, healthy, body(), whole_silence=5)
         assert connection.status == 200 and connection.complete
-        payload = json.loads(await connection.read_body(pool.loop.time() + 5, 5))
+        payload = json.loads(connection.whole_body())
         assert payload["usage"]["completion_tokens"] == 3
         used.append(connection)
         connection.release()

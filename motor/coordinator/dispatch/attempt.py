@@ -220,8 +220,8 @@ class Leg:
     # ---- engine calls --------------------------------------------------------------------------------------
 
     async def send(self, body: bytes, head_deadline: float, *, whole: bool = False) -> UpstreamConnection:
-        """Send the leg and wait for its response head (`whole`: the whole response, for non-stream legs);
-        non-200 answers become LegFailure or EngineRejected."""
+        """Send the leg and wait for its response head (`whole`: the whole response, for non-stream legs, then
+        taken with `whole_body()`); non-200 answers become LegFailure or EngineRejected."""
         attempt = self.attempt
         dispatch = attempt.dispatch
         context = attempt.context
@@ -255,7 +255,7 @@ class Leg:
         if connection.status == 200:
             self.connection = connection
             return connection
-        raw = await self.read_body(connection, dispatch.deadline)
+        raw = connection.whole_body() if whole else await self.read_body(connection, dispatch.deadline)
         self.release_connection(connection)
         status = connection.status
         if retryable_status(status):
@@ -510,7 +510,6 @@ class Attempt:
         if leg.span is not None:
             leg.span.set_attributes({"motor.encode.items": len(work.items), "motor.encode.score": work.score})
         connection = await leg.send(encode_body(request.body), leg.deadline, whole=True)
-        await leg.read_body(connection, leg.deadline)
         leg.release_connection(connection)
         leg._advance(LEG_DONE)
         leg.allocation.release()
@@ -522,7 +521,7 @@ class Attempt:
     ) -> PrefillResult:
         body = prefill_body(self.dispatch.request.body, kv_transfer_params, **extra)
         connection = await leg.send(body, leg.deadline, whole=True)
-        raw = await leg.read_body(connection, leg.deadline)
+        raw = connection.whole_body()
         answered_after = time.perf_counter() - leg.sent_at
         leg.release_connection(connection)
         leg.allocation.release_tokens()
@@ -583,7 +582,7 @@ class Attempt:
         target = leg.target
         if not dispatch.request.stream:
             connection = await leg.send(body, leg.deadline, whole=True)
-            leg.first = await leg.read_body(connection, leg.deadline)
+            leg.first = connection.whole_body()
             self._output(leg)
             return
         await leg.send(body, leg.deadline)

@@ -149,6 +149,14 @@ class UpstreamConnection(asyncio.Protocol):
             parts.append(chunk)
         return b"".join(parts)
 
+    def whole_body(self) -> bytes:
+        """The body of a response that arrived whole (`UpstreamPool.request` with `whole_silence`): no wait."""
+        assert self.complete
+        data = b"".join(self._chunks)
+        self._chunks.clear()
+        self._buffered = 0
+        return data
+
     def abort(self) -> None:
         """Close the connection now: this cancels the leg at the engine."""
         self.closed = True
@@ -290,7 +298,7 @@ class UpstreamPool:
         leg (abort) while the answer is still awaited.
         """
         data = head + body
-        connection = await self._acquire(host, port, head_deadline)
+        connection = self._idle_connection((host, port)) or await self._connect(host, port, head_deadline)
         track.append(connection)
         try:
             return await self._exchange(connection, data, head_deadline, whole_silence)
@@ -318,8 +326,11 @@ class UpstreamPool:
             raise
         return connection
 
-    async def _acquire(self, host: str, port: int, deadline: float) -> UpstreamConnection:
-        idle = self._idle.get((host, port))
+    def _idle_connection(self, key: tuple[str, int]) -> UpstreamConnection | None:
+        """The most recently used idle connection to `key` that is still fresh; the stale ones are closed."""
+        idle = self._idle.get(key)
+        if not idle:
+            return None
         now = self.loop.time()
         while idle:
             connection = idle.pop()
@@ -327,7 +338,7 @@ class UpstreamPool:
                 connection.reused = True
                 return connection
             connection.abort()
-        return await self._connect(host, port, deadline)
+        return None
 
     async def _connect(self, host: str, port: int, deadline: float) -> UpstreamConnection:
         key = (host, port)
