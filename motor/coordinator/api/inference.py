@@ -263,7 +263,8 @@ class InferenceApp:
 
     async def _serve(self, d: Dispatch, scope: Scope, send: Send, ledger: StreamLedger | None) -> int:
         core = self.core
-        d.attach(asyncio.current_task())  # type: ignore[arg-type]
+        # given the loop, current_task() skips get_running_loop() and its getpid() system call (Python 3.11)
+        d.attach(asyncio.current_task(d.loop))  # type: ignore[arg-type]
         core.active.add(d)
         scope[ON_DISCONNECT](d.client_gone)
         response_started = False
