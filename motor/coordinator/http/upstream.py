@@ -166,9 +166,9 @@ class UpstreamConnection(asyncio.Protocol):
         self._fail(UpstreamError("cancelled", "the leg was cancelled by the coordinator"))
 
     def release(self) -> None:
-        """Return to the pool when the exchange finished cleanly, else close."""
+        """Return to the pool when the exchange finished cleanly, else close. The alarm stays armed: firing
+        while nobody waits does nothing, and the next exchange usually needs no new timer."""
         if self.complete and not self.closed and self.keep_alive:
-            self._disarm()
             self._pool._release(self)
         else:
             self.abort()
