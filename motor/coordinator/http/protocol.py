@@ -9,8 +9,8 @@ waiting on `receive()` for `http.disconnect` would tell, without a task per requ
 None: use `receive()`), so the common request costs no wait and no read deadline. The head is held back until the first body
 message so that a complete response leaves in one write; a response without content-length is sent chunked.
 
-Requests on one connection are answered in order: a request that arrives while another is answered waits (and
-the connection stops reading until it is its turn). Request bodies are buffered up to `BODY_PAUSE_BYTES`
+Requests on one connection are answered in order, by one task per connection (started by its first request):
+a request that arrives while another is answered waits (and the connection stops reading until it is its turn). Request bodies are buffered up to `BODY_PAUSE_BYTES`
 before reading pauses until the app takes them; responses wait for the transport to drain when the client
 reads slower than they are sent. A client that goes away turns a pending or later `receive()` into
 `http.disconnect`. Deadlines (idle keep-alive, the request head) are enforced by the server's sweeper
@@ -310,6 +310,9 @@ class HttpConnection(asyncio.Protocol):
         self._head_reads = 0
         self._refusal: HttpError | None = None  # why a callback stopped the parser
         self._linger: asyncio.TimerHandle | None = None
+        # The task that answers the requests, and what it waits on between them.
+        self._task: asyncio.Task[None] | None = None
+        self._next: asyncio.Future[None] | None = None
 
     # ---- asyncio.Protocol ----------------------------------------------------------------------------------
 
@@ -355,6 +358,7 @@ class HttpConnection(asyncio.Protocol):
         self.waiting.clear()
         self.write_paused = False
         self._wake_drain()
+        self._wake_task()
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -446,38 +450,63 @@ class HttpConnection(asyncio.Protocol):
     # ---- serving -------------------------------------------------------------------------------------------
 
     def _begin(self, exchange: Exchange) -> None:
+        """Answer `exchange` next, on the connection's task (started by its first request)."""
         self.current = exchange
-        task = self.loop.create_task(self._run(exchange))
-        self.server.tasks.add(task)
-        task.add_done_callback(self.server.tasks.discard)
+        if self._task is None:
+            self._task = task = self.loop.create_task(self._serve())
+            self.server.tasks.add(task)
+            task.add_done_callback(self.server.tasks.discard)
+        else:
+            self._wake_task()
 
-    async def _run(self, exchange: Exchange) -> None:
+    async def _serve(self) -> None:
+        """The connection's task: answers its requests one after the other (one task per connection rather
+        than per request), and ends when the connection closes."""
         try:
-            await self._answer(exchange)
+            while not self.closing:
+                exchange = self.current
+                if exchange is None:
+                    self._next = self.loop.create_future()
+                    try:
+                        await self._next
+                    finally:
+                        self._next = None
+                    continue
+                await self._answer(exchange)
+                if self.current is exchange:
+                    self.current = None  # the app ended before its response did: the connection is closed
+        finally:
+            self.close()
+
+    def _wake_task(self) -> None:
+        waiter = self._next
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _answer(self, exchange: Exchange) -> None:
+        try:
+            try:
+                await self.app(exchange.scope, exchange.receive, exchange.send)
+            except asyncio.CancelledError:
+                self.close()
+                raise
+            except Exception as exc:
+                log.error(
+                    "the app failed on %s %s", exchange.scope["method"], exchange.scope["path"], exc_info=exc
+                )
+                if exchange.started or exchange.disconnected:
+                    self.close()
+                else:
+                    exchange.keep_alive = False
+                    await send_error(exchange.send, INTERNAL_ERROR)
+                return
+            if not exchange.response_complete and not exchange.disconnected:
+                log.error("the app ended without completing its response to %s", exchange.scope["path"])
+                self.close()
         finally:
             # The scope holds the exchange's bound methods: let the pair go by reference counting, not the GC.
             exchange.scope = {}
             exchange.on_gone = None
-
-    async def _answer(self, exchange: Exchange) -> None:
-        try:
-            await self.app(exchange.scope, exchange.receive, exchange.send)
-        except asyncio.CancelledError:
-            self.close()
-            raise
-        except Exception as exc:
-            log.error(
-                "the app failed on %s %s", exchange.scope["method"], exchange.scope["path"], exc_info=exc
-            )
-            if exchange.started or exchange.disconnected:
-                self.close()
-            else:
-                exchange.keep_alive = False
-                await send_error(exchange.send, INTERNAL_ERROR)
-            return
-        if not exchange.response_complete and not exchange.disconnected:
-            log.error("the app ended without completing its response to %s", exchange.scope["path"])
-            self.close()
 
     def response_done(self, exchange: Exchange) -> None:
         """The response to `exchange` has been written: close, or go on with the next request."""
