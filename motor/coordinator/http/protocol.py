@@ -149,7 +149,8 @@ class Exchange:
         self.body = []
         self.body_size = 0
         self.body_taken = not self.more_body
-        self.connection.resume_reading()
+        if self.connection.reading_paused:
+            self.connection.resume_reading()
         return body
 
     def on_disconnect(self, callback: Callable[[], None]) -> None:
@@ -228,7 +229,8 @@ class Exchange:
             self.response_complete = True
             self.body = []  # a body the app did not read: the rest of it is dropped as it arrives
             self.body_size = 0
-            self.wake()
+            if self.waiter is not None:
+                self.wake()
             connection.response_done(self)
 
     def _start(self, message: Message) -> None:
@@ -288,7 +290,7 @@ class HttpConnection(asyncio.Protocol):
         self.closing = False
         self.write_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
-        self._reading_paused = False
+        self.reading_paused = False
         self._broken = False
         self.client: tuple[str, int] | None = None
         self.local: tuple[str, int] | None = None
@@ -374,11 +376,10 @@ class HttpConnection(asyncio.Protocol):
         self._head_parts = 0
         self._head_reads = 0
 
-    def _count_head(self, size: int) -> None:
-        self._head_parts += size
-        if self._head_parts > self.max_head_bytes:
-            self._refusal = head_too_large(self.max_head_bytes)
-            raise ValueError(self._refusal.message)
+    def _head_too_large(self) -> None:
+        """Stop the parser: the head's parts so far exceed `max_head_bytes`."""
+        self._refusal = head_too_large(self.max_head_bytes)
+        raise ValueError(self._refusal.message)
 
     def on_message_begin(self) -> None:
         self._url = b""
@@ -388,11 +389,15 @@ class HttpConnection(asyncio.Protocol):
             self._head_begins()
 
     def on_url(self, url: bytes) -> None:
-        self._count_head(len(url))
+        self._head_parts += len(url)
+        if self._head_parts > self.max_head_bytes:
+            self._head_too_large()
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_head(len(name) + len(value) + HEADER_LINE_OVERHEAD)
+        self._head_parts += len(name) + len(value) + HEADER_LINE_OVERHEAD
+        if self._head_parts > self.max_head_bytes:
+            self._head_too_large()
         name = name.lower()
         if name == b"expect" and value.lower() == b"100-continue":
             self._expect_continue = True
@@ -437,7 +442,8 @@ class HttpConnection(asyncio.Protocol):
         exchange.body_size += len(body)
         if exchange.body_size > BODY_PAUSE_BYTES:
             self._pause_reading()
-        exchange.wake()
+        if exchange.waiter is not None:
+            exchange.wake()
 
     def on_message_complete(self) -> None:
         exchange = self.parsing
@@ -445,7 +451,8 @@ class HttpConnection(asyncio.Protocol):
         if exchange is None:
             return
         exchange.more_body = False
-        exchange.wake()
+        if exchange.waiter is not None:
+            exchange.wake()
 
     # ---- serving -------------------------------------------------------------------------------------------
 
@@ -525,20 +532,21 @@ class HttpConnection(asyncio.Protocol):
             self._begin(following)
         else:
             self.idle_since = self.loop.time()
-        self.resume_reading()
+        if self.reading_paused:
+            self.resume_reading()
 
     def resume_reading(self) -> None:
-        if not self._reading_paused or self.closing or self._broken or self.waiting:
+        if not self.reading_paused or self.closing or self._broken or self.waiting:
             return
         parsing = self.parsing
         if parsing is not None and parsing.body_size > BODY_PAUSE_BYTES and not parsing.response_complete:
             return
-        self._reading_paused = False
+        self.reading_paused = False
         self.transport.resume_reading()
 
     def _pause_reading(self) -> None:
-        if not self._reading_paused and not self.closing:
-            self._reading_paused = True
+        if not self.reading_paused and not self.closing:
+            self.reading_paused = True
             self.transport.pause_reading()
 
     async def drain(self) -> None:
