@@ -185,9 +185,9 @@ def _too_deep(max_depth: int) -> HttpError:
 
 def _without_transfer_fields(body: dict[str, Any], raw: bytes, limits: InputConfig) -> bytes:
     """The raw body to forward: a client's KV transfer fields refused (400) or removed, per the policy."""
-    present = [name for name in TRANSFER_FIELDS if name in body]
-    if not present:
+    if body.keys().isdisjoint(TRANSFER_FIELDS):
         return raw
+    present = [name for name in TRANSFER_FIELDS if name in body]
     if limits.kv_transfer_params == "reject":
         raise bad_request(
             f"'{present[0]}' is set by the coordinator, not by clients; remove it from the request "

@@ -356,10 +356,12 @@ async def test_transitions_feed_the_existing_metrics(core: Core, prometheus: Col
 async def test_at_debug_every_transition_is_logged_with_its_time(
     core: Core, caplog: pytest.LogCaptureFixture
 ) -> None:
-    d = dispatch(core)
-    attempt = d.new_attempt()
-    prefill = attempt.prefill_leg(await attempt.pick("prefill"))
+    quiet = dispatch(core)  # arrived before the level changed: the level is read once, when a request arrives
     with caplog.at_level(logging.DEBUG, logger="motor.coordinator.dispatch.observe"):
+        d = dispatch(core)
+        attempt = d.new_attempt()
+        prefill = attempt.prefill_leg(await attempt.pick("prefill"))
+        core.observer.phase_changed(quiet.new_attempt(), Phase.HANDOVER, Phase.STREAMING, 1.5)
         core.observer.leg_changed(prefill, LegState.SENT, LegState.DONE, 0.25)
         core.observer.phase_changed(attempt, Phase.HANDOVER, Phase.STREAMING, 1.5)
     lines = [record.getMessage() for record in caplog.records]

@@ -198,13 +198,12 @@ class Leg:
         """Close the leg now (its engine drops the request); its load is released with the attempt."""
         if self.task is not None and not self.task.done():
             self.task.cancel()
-        self.close_connections(reason)
-        if not self.ended:
+        if self.connections:
+            self.close_connections(reason)
+        if self.state not in _ENDED_LEG:
             self._move(LEG_ABORTED)
 
     def close_connections(self, reason: str) -> None:
-        if not self.connections:
-            return
         for connection in self.connections:
             if not connection.complete and not connection.closed:
                 self.attempt.observer.leg_cancelled(self, reason)
