@@ -39,6 +39,8 @@ from motor.coordinator.dispatch.states import (
     LEG_DONE,
     LEG_FAILED,
     LEG_NEXT,
+    OBSERVED_LEG_STATES,
+    OBSERVED_PHASES,
     PHASE_NEXT,
     PICKED,
     PREFILL,
@@ -137,7 +139,9 @@ class Leg:
             raise InvalidTransition(f"{self.role} leg: {old.name} → {new.name}")
         now = time.perf_counter()
         self.state = new
-        self.attempt.observer.leg_changed(self, old, new, now - self.since)
+        attempt = self.attempt
+        if new in OBSERVED_LEG_STATES or attempt.dispatch.log_transitions:
+            attempt.observer.leg_changed(self, old, new, now - self.since)
         self.since = now
         if new is LEG_DONE:
             circuits = self.attempt.context.circuits
@@ -355,7 +359,8 @@ class Attempt:
             raise InvalidTransition(f"attempt {self.number}: {old.name} → {new.name}")
         now = time.perf_counter()
         self.phase = new
-        self.observer.phase_changed(self, old, new, now - self.since)
+        if new in OBSERVED_PHASES or self.dispatch.log_transitions:
+            self.observer.phase_changed(self, old, new, now - self.since)
         self.since = now
         if self.span is not None:
             self._trace_phase(new)
