@@ -206,7 +206,10 @@ class UpstreamConnection(asyncio.Protocol):
         if self.error is not None:
             raise self.error
 
-    async def _wait(self, deadline: float, silence: float, message: str) -> None:
+    def _wait(self, deadline: float, silence: float, message: str) -> "asyncio.Future[None]":
+        """What to await for the exchange's next event (bytes, its end, an error, the alarm): a future, not a
+        coroutine, so a wait adds no frame to the leg's await chain. A done waiter left in place is as good
+        as none: nothing wakes or expires a done future."""
         loop = self._loop
         self._deadline, self._silence, self._timeout_message = deadline, silence, message
         limit = self._limit()
@@ -218,12 +221,8 @@ class UpstreamConnection(asyncio.Protocol):
                 self._alarm.cancel()
             self._alarm = loop.call_at(limit, self._on_alarm)
             self._alarm_at = limit
-        waiter = loop.create_future()
-        self._waiter = waiter
-        try:
-            await waiter
-        finally:
-            self._waiter = None
+        waiter = self._waiter = loop.create_future()
+        return waiter
 
     def _limit(self) -> float:
         if self._silence and self.received_any:
@@ -299,32 +298,25 @@ class UpstreamPool:
         """
         data = head + body
         connection = self._idle_connection((host, port)) or await self._connect(host, port, head_deadline)
-        track.append(connection)
-        try:
-            return await self._exchange(connection, data, head_deadline, whole_silence)
-        except UpstreamError as exc:
-            if not (connection.reused and exc.kind == "closed" and not connection.received_any):
-                raise
+        while True:
+            track.append(connection)
+            try:
+                connection._send(data)
+                if connection._write_paused:
+                    await connection._drain(min(head_deadline, self.loop.time() + self.write_timeout))
+                if whole_silence is None:
+                    await connection._wait_head(head_deadline)
+                else:
+                    await connection._wait_complete(head_deadline, whole_silence)
+                return connection
+            except BaseException as exc:
+                connection.abort()
+                retry = isinstance(exc, UpstreamError) and exc.kind == "closed" and connection.reused
+                if not retry or connection.received_any:
+                    raise
+            # a reused connection the engine had closed before any answer: once more on a fresh one
             track.remove(connection)
-        connection = await self._connect(host, port, head_deadline)
-        track.append(connection)
-        return await self._exchange(connection, data, head_deadline, whole_silence)
-
-    async def _exchange(
-        self, connection: UpstreamConnection, data: bytes, head_deadline: float, whole_silence: float | None
-    ) -> UpstreamConnection:
-        try:
-            connection._send(data)
-            if connection._write_paused:
-                await connection._drain(min(head_deadline, self.loop.time() + self.write_timeout))
-            if whole_silence is None:
-                await connection._wait_head(head_deadline)
-            else:
-                await connection._wait_complete(head_deadline, whole_silence)
-        except BaseException:
-            connection.abort()
-            raise
-        return connection
+            connection = await self._connect(host, port, head_deadline)
 
     def _idle_connection(self, key: tuple[str, int]) -> UpstreamConnection | None:
         """The most recently used idle connection to `key` that is still fresh; the stale ones are closed."""
