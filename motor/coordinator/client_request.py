@@ -26,6 +26,13 @@ DEFAULT_MAX_NEW_TOKENS = 256
 DEFAULT_INPUT = InputConfig()
 # Fields of the KV handover (docs/kv_transfer_params.md) that motor alone sets on engine legs.
 TRANSFER_FIELDS = ("kv_transfer_params", "bootstrap_host", "bootstrap_port", "bootstrap_room")
+# The counts a client may set, each with the input_config field that bounds it.
+COUNT_BOUNDS = (
+    ("max_tokens", "max_tokens"),
+    ("max_completion_tokens", "max_tokens"),
+    ("n", "max_n"),
+    ("best_of", "max_n"),
+)
 INT_LIMIT = 1 << 63
 # Only a body with a 20-digit run or a 3-digit exponent ([eE][+-]?\d{3}) can hold an integer or float out of
 # range; the stricter (slower) decoder is used for those alone. The body is scanned for them as plain
@@ -102,16 +109,12 @@ def parse_request(
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise bad_request("'stream' must be true or false", param="stream")
-    for name, most, key in (
-        ("max_tokens", limits.max_tokens, "max_tokens"),
-        ("max_completion_tokens", limits.max_tokens, "max_tokens"),
-        ("n", limits.max_n, "max_n"),
-        ("best_of", limits.max_n, "max_n"),
-    ):
+    for name, key in COUNT_BOUNDS:
         value = body.get(name)
-        if value is not None and (
-            not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most
-        ):
+        if value is None:
+            continue
+        most = getattr(limits, key)
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
             raise bad_request(
                 f"'{name}' must be an integer from 1 to {most} (motor_coordinator_config.input_config.{key})",
                 param=name,

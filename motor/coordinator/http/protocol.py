@@ -74,8 +74,9 @@ KNOWN_HEADER_NAMES = frozenset(
         b"x-request-id",
     )
 )
-# Framing is the server's: an app that sets these would corrupt it.
-SERVER_OWNED_HEADERS = frozenset((b"transfer-encoding",))
+# The headers that frame the response: the app's content-length and connection are read, transfer-encoding is
+# the server's alone (an app that set it would corrupt the framing).
+FRAMING_HEADERS = frozenset((b"content-length", b"connection", b"transfer-encoding"))
 
 
 class ResponseError(Exception):
@@ -242,21 +243,23 @@ class Exchange:
         for name, value in headers:
             if name not in KNOWN_HEADER_NAMES and not HEADER_NAME.fullmatch(name):
                 raise ResponseError(f"invalid response header {name[:64]!r}")
-            if name == b"content-length":
-                if length >= 0 or not value.isdigit():
-                    raise ResponseError(f"invalid or repeated content-length {value[:64]!r}")
-                length = int(value)
-            elif name == b"connection":
-                connection = True
-                if b"close" in value.lower():
-                    self.keep_alive = False
-            elif name in SERVER_OWNED_HEADERS:
-                raise ResponseError(f"the server sets {name.decode()}, not the app")
+            if name in FRAMING_HEADERS:
+                if name == b"content-length":
+                    if length >= 0 or not value.isdigit():
+                        raise ResponseError(f"invalid or repeated content-length {value[:64]!r}")
+                    length = int(value)
+                elif name == b"connection":
+                    connection = True
+                    if b"close" in value.lower():
+                        self.keep_alive = False
+                else:
+                    raise ResponseError(f"the server sets {name.decode()}, not the app")
             parts.append(b"%b: %b\r\n" % (name, value))
         head = b"".join(parts)
         # Every line ends with the one CRLF it brings, and neither the status line nor a name holds CR, LF or
         # NUL: any other one is in a value. One scan of the head instead of one per value.
-        if head.count(b"\n") != len(parts) or head.count(b"\r") != len(parts) or b"\0" in head:
+        lines = len(parts)
+        if head.count(b"\n") != lines or head.count(b"\r") != lines or b"\0" in head:
             culprit = next(name for name, value in headers if HEADER_VALUE_FORBIDDEN.search(value))
             raise ResponseError(f"invalid response header {culprit[:64]!r}")
         self.started = True
@@ -264,17 +267,16 @@ class Exchange:
             self.keep_alive = False  # an early answer: the rest of the body may never come
         if not self.keep_alive and not connection:
             head += b"connection: close\r\n"
-        self.bodyless = self.scope["method"] == "HEAD" or status in (204, 304)
-        sized = length >= 0
-        if sized and not self.bodyless:
+        bodyless = self.bodyless = status in (204, 304) or self.scope["method"] == "HEAD"
+        if bodyless:
+            pass
+        elif length >= 0:
             self.unsent = length
-        if not sized and not self.bodyless and self.scope["http_version"] == "1.1":
+        elif self.scope["http_version"] == "1.1":
             self.chunked = True
             head += b"transfer-encoding: chunked\r\n"
-        elif not sized and not self.bodyless:
-            self.keep_alive = (
-                False  # HTTP/1.0 without a length: the end of the body is the end of the connection
-            )
+        else:
+            self.keep_alive = False  # HTTP/1.0 without a length: the end of the body ends the connection
         self.head = head + b"\r\n"
 
 
