@@ -7,7 +7,6 @@ fields (only motor sets those: a client's would point engines at any address, `i
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,10 +26,26 @@ DEFAULT_MAX_NEW_TOKENS = 256
 DEFAULT_INPUT = InputConfig()
 # Fields of the KV handover (docs/kv_transfer_params.md) that motor alone sets on engine legs.
 TRANSFER_FIELDS = ("kv_transfer_params", "bootstrap_host", "bootstrap_port", "bootstrap_room")
+# The counts a client may set, each with the input_config field that bounds it.
+COUNT_BOUNDS = (
+    ("max_tokens", "max_tokens"),
+    ("max_completion_tokens", "max_tokens"),
+    ("n", "max_n"),
+    ("best_of", "max_n"),
+)
 INT_LIMIT = 1 << 63
-# Only a body with a 20-digit run or a 3-digit exponent can hold an integer or float out of range; the
-# stricter (slower) decoder is used for those alone.
-_LARGE_NUMBER = re.compile(rb"\d{20}|[eE][+-]?\d{3}")
+# Only a body with a 20-digit run or a 3-digit exponent ([eE][+-]?\d{3}) can hold an integer or float out of
+# range; the stricter (slower) decoder is used for those alone. The body is scanned for them as plain
+# substrings once every digit reads "0", "E" reads "e" and "-" reads "+" (a regular expression took 20 times
+# longer on a 10 kB body).
+_NUMBER_SHAPES = bytes.maketrans(b"123456789E-", b"000000000e+")
+_TWENTY_DIGITS = b"0" * 20
+
+
+def might_hold_large_number(raw: bytes) -> bool:
+    """Whether `raw` has a run of 20 digits or an exponent of at least 3 digits."""
+    shapes = raw.translate(_NUMBER_SHAPES)
+    return _TWENTY_DIGITS in shapes or b"e000" in shapes or b"e+000" in shapes
 
 
 def _no_constant(name: str) -> float:
@@ -94,16 +109,12 @@ def parse_request(
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise bad_request("'stream' must be true or false", param="stream")
-    for name, most, key in (
-        ("max_tokens", limits.max_tokens, "max_tokens"),
-        ("max_completion_tokens", limits.max_tokens, "max_tokens"),
-        ("n", limits.max_n, "max_n"),
-        ("best_of", limits.max_n, "max_n"),
-    ):
+    for name, key in COUNT_BOUNDS:
         value = body.get(name)
-        if value is not None and (
-            not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most
-        ):
+        if value is None:
+            continue
+        most = getattr(limits, key)
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
             raise bad_request(
                 f"'{name}' must be an integer from 1 to {most} (motor_coordinator_config.input_config.{key})",
                 param=name,
@@ -129,7 +140,7 @@ def parse_request(
 
 def load_body(raw: bytes, max_depth: int) -> Any:
     """The parsed body: strict UTF-8 JSON, numbers in range, at most `max_depth` levels of nesting."""
-    large_numbers = _LARGE_NUMBER.search(raw) is not None
+    large_numbers = might_hold_large_number(raw)
     if not large_numbers:
         try:
             return _bounded_depth(raw, orjson.loads(raw), max_depth)
@@ -177,9 +188,9 @@ def _too_deep(max_depth: int) -> HttpError:
 
 def _without_transfer_fields(body: dict[str, Any], raw: bytes, limits: InputConfig) -> bytes:
     """The raw body to forward: a client's KV transfer fields refused (400) or removed, per the policy."""
-    present = [name for name in TRANSFER_FIELDS if name in body]
-    if not present:
+    if body.keys().isdisjoint(TRANSFER_FIELDS):
         return raw
+    present = [name for name in TRANSFER_FIELDS if name in body]
     if limits.kv_transfer_params == "reject":
         raise bad_request(
             f"'{present[0]}' is set by the coordinator, not by clients; remove it from the request "

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from motor.coordinator.http.asgi import ON_DISCONNECT, Receive, Scope, Send, read_body, send_bytes
+from motor.coordinator.http.protocol import HEADER_NAME, KNOWN_HEADER_NAMES
 from motor.coordinator.http.server import HttpServer, listen_socket, serve
 from motor.protocol.specs import TlsFiles
 from motor.runtime.tls import client_context
@@ -245,6 +246,9 @@ async def test_an_early_answer_to_expect_100_continue_closes_the_connection() ->
         [(b"x-note", b"ok\r\nx-injected: 1")],
         [(b"x-note", b"ok\nx-injected: 1")],
         [(b"x-note", b"nul\x00")],
+        [(b"x-request-id", b"id\r\nx-injected: 1")],  # a name the server knows, a value it must still check
+        [(b"content-type", b"text/plain\x00")],
+        [(b"content-type", b"text/plain"), (b"x-note", b"ok\rx-injected: 1")],
         [(b"x note", b"space in the name")],
         [(b"x-injected:\r\n", b"1")],
         [(b"content-length", b"2"), (b"content-length", b"2")],
@@ -266,6 +270,10 @@ async def test_a_response_head_the_app_gets_wrong_is_a_500_never_written(
         assert status == b"HTTP/1.1 500 Internal Server Error"
         assert b"x-injected" not in response_headers and b"x-note" not in response_headers
         assert await closed(reader) == b""
+
+
+def test_the_header_names_the_server_does_not_match_again_are_tokens() -> None:
+    assert all(HEADER_NAME.fullmatch(name) for name in KNOWN_HEADER_NAMES)
 
 
 @pytest.mark.parametrize(

@@ -49,14 +49,17 @@ async def send(
 async def test_keep_alive_connections_are_reused(healthy: SimEngine) -> None:
     pool = UpstreamPool(connect_timeout=5, write_timeout=5)
     used = []
+    alarms = []
     for _ in range(5):
         connection = await send(pool, healthy, body(), whole_silence=5)
         assert connection.status == 200 and connection.complete
-        payload = json.loads(await connection.read_body(pool.loop.time() + 5, 5))
+        payload = json.loads(connection.whole_body())
         assert payload["usage"]["completion_tokens"] == 3
         used.append(connection)
+        alarms.append(connection._alarm)
         connection.release()
     assert all(c is used[0] for c in used), "one keep-alive connection serves sequential requests"
+    assert alarms[0] is not None and all(a is alarms[0] for a in alarms), "and one timer their deadlines"
     pool.close()
 
 

@@ -28,6 +28,8 @@ from motor.coordinator.dispatch.failures import (
 )
 from motor.coordinator.dispatch.states import (
     LEG_TRANSITIONS,
+    OBSERVED_LEG_STATES,
+    OBSERVED_PHASES,
     PHASE_TRANSITIONS,
     InvalidTransition,
     LegState,
@@ -353,13 +355,46 @@ async def test_transitions_feed_the_existing_metrics(core: Core, prometheus: Col
     assert metric(core, prometheus, "motor_coordinator_leg_seconds_sum", leg="kv_wait") == pytest.approx(0.3)
 
 
-async def test_at_debug_every_transition_is_logged_with_its_time(
-    core: Core, caplog: pytest.LogCaptureFixture
+async def test_the_transitions_an_observer_is_not_told_of_feed_no_metric(
+    core: Core, prometheus: CollectorRegistry
 ) -> None:
+    """Unless a request logs its transitions, the observer sees only OBSERVED_*: the others must feed nothing."""
+
+    def samples() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        core.metrics.flush()
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in prometheus.collect()
+            for sample in family.samples
+        }
+
     d = dispatch(core)
     attempt = d.new_attempt()
     prefill = attempt.prefill_leg(await attempt.pick("prefill"))
+    decode = attempt.client_leg(await attempt.pick("decode"), 4, 10)
+    before = samples()
+    for pd in (False, True):
+        attempt.pd = pd
+        for old, allowed in PHASE_TRANSITIONS.items():
+            for new in allowed - OBSERVED_PHASES:
+                core.observer.phase_changed(attempt, old, new, 0.5)
+        for leg, role in ((prefill, "prefill"), (prefill, "encode"), (decode, "decode")):
+            leg.role = role
+            for old, allowed in LEG_TRANSITIONS.items():
+                for new in allowed - OBSERVED_LEG_STATES:
+                    core.observer.leg_changed(leg, old, new, 0.5)
+    assert samples() == before
+
+
+async def test_at_debug_every_transition_is_logged_with_its_time(
+    core: Core, caplog: pytest.LogCaptureFixture
+) -> None:
+    quiet = dispatch(core)  # arrived before the level changed: the level is read once, when a request arrives
     with caplog.at_level(logging.DEBUG, logger="motor.coordinator.dispatch.observe"):
+        d = dispatch(core)
+        attempt = d.new_attempt()
+        prefill = attempt.prefill_leg(await attempt.pick("prefill"))
+        core.observer.phase_changed(quiet.new_attempt(), Phase.HANDOVER, Phase.STREAMING, 1.5)
         core.observer.leg_changed(prefill, LegState.SENT, LegState.DONE, 0.25)
         core.observer.phase_changed(attempt, Phase.HANDOVER, Phase.STREAMING, 1.5)
     lines = [record.getMessage() for record in caplog.records]

@@ -3,12 +3,18 @@
 legs and accounted for by the scheduler."""
 
 import json
+import re
 from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from motor.coordinator.client_request import TRANSFER_FIELDS, ClientRequest, parse_request
+from motor.coordinator.client_request import (
+    TRANSFER_FIELDS,
+    ClientRequest,
+    might_hold_large_number,
+    parse_request,
+)
 from motor.coordinator.dispatch.shaping import decode_body, prefill_body
 from motor.coordinator.http.errors import HttpError
 from tests.unit.test_coordinator_scheduling import scheduler_with
@@ -104,3 +110,18 @@ def test_request_like_bodies_are_served_or_refused_with_a_4xx(case: tuple[str, d
 @given(st.binary(max_size=200))
 def test_arbitrary_bytes_are_refused_with_a_4xx(raw: bytes) -> None:
     assert accepted_or_4xx("completions", raw) is None, raw
+
+
+# What `might_hold_large_number` must answer: a run of 20 digits, or an exponent with at least 3 digits.
+LARGE_NUMBER = re.compile(rb"\d{20}|[eE][+-]?\d{3}")
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.binary(max_size=60) | st.text(alphabet="0123456789eE+-.a ,", max_size=60).map(str.encode))
+@example(b"1" * 20)
+@example(b"1" * 19)
+@example(b"1E-400")
+@example(b"1e+40")
+@example(b"x-e123")
+def test_the_large_number_scan_answers_as_the_regular_expression(raw: bytes) -> None:
+    assert might_hold_large_number(raw) == (LARGE_NUMBER.search(raw) is not None)

@@ -161,7 +161,6 @@ class InferenceApp:
         if client_rid is not None and not REQUEST_ID.match(client_rid):
             client_rid = None
         request_id = new_request_id()
-        echoed = [(b"x-request-id", client_rid or request_id.encode())]
         dispatch: Dispatch | None = None
         tracer = core.tracer
         span = None
@@ -214,7 +213,7 @@ class InferenceApp:
                 or status == core.config.rate_limit_config.error_status_code
             ):
                 metrics.rejected.labels(error.code or str(status)).inc()
-            await send_error(send, error, headers=echoed)
+            await send_error(send, error, headers=[(b"x-request-id", client_rid or request_id.encode())])
         finally:
             if admitted:
                 core.in_flight.leave()
@@ -263,7 +262,8 @@ class InferenceApp:
 
     async def _serve(self, d: Dispatch, scope: Scope, send: Send, ledger: StreamLedger | None) -> int:
         core = self.core
-        d.attach(asyncio.current_task())  # type: ignore[arg-type]
+        # given the loop, current_task() skips get_running_loop() and its getpid() system call (Python 3.11)
+        d.attach(asyncio.current_task(d.loop))  # type: ignore[arg-type]
         core.active.add(d)
         scope[ON_DISCONNECT](d.client_gone)
         response_started = False

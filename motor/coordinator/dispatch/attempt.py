@@ -39,6 +39,8 @@ from motor.coordinator.dispatch.states import (
     LEG_DONE,
     LEG_FAILED,
     LEG_NEXT,
+    OBSERVED_LEG_STATES,
+    OBSERVED_PHASES,
     PHASE_NEXT,
     PICKED,
     PREFILL,
@@ -137,7 +139,9 @@ class Leg:
             raise InvalidTransition(f"{self.role} leg: {old.name} → {new.name}")
         now = time.perf_counter()
         self.state = new
-        self.attempt.observer.leg_changed(self, old, new, now - self.since)
+        attempt = self.attempt
+        if new in OBSERVED_LEG_STATES or attempt.dispatch.log_transitions:
+            attempt.observer.leg_changed(self, old, new, now - self.since)
         self.since = now
         if new is LEG_DONE:
             circuits = self.attempt.context.circuits
@@ -198,13 +202,12 @@ class Leg:
         """Close the leg now (its engine drops the request); its load is released with the attempt."""
         if self.task is not None and not self.task.done():
             self.task.cancel()
-        self.close_connections(reason)
-        if not self.ended:
+        if self.connections:
+            self.close_connections(reason)
+        if self.state not in _ENDED_LEG:
             self._move(LEG_ABORTED)
 
     def close_connections(self, reason: str) -> None:
-        if not self.connections:
-            return
         for connection in self.connections:
             if not connection.complete and not connection.closed:
                 self.attempt.observer.leg_cancelled(self, reason)
@@ -220,8 +223,8 @@ class Leg:
     # ---- engine calls --------------------------------------------------------------------------------------
 
     async def send(self, body: bytes, head_deadline: float, *, whole: bool = False) -> UpstreamConnection:
-        """Send the leg and wait for its response head (`whole`: the whole response, for non-stream legs);
-        non-200 answers become LegFailure or EngineRejected."""
+        """Send the leg and wait for its response head (`whole`: the whole response, for non-stream legs, then
+        taken with `whole_body()`); non-200 answers become LegFailure or EngineRejected."""
         attempt = self.attempt
         dispatch = attempt.dispatch
         context = attempt.context
@@ -255,7 +258,7 @@ class Leg:
         if connection.status == 200:
             self.connection = connection
             return connection
-        raw = await self.read_body(connection, dispatch.deadline)
+        raw = connection.whole_body() if whole else await self.read_body(connection, dispatch.deadline)
         self.release_connection(connection)
         status = connection.status
         if retryable_status(status):
@@ -356,7 +359,8 @@ class Attempt:
             raise InvalidTransition(f"attempt {self.number}: {old.name} → {new.name}")
         now = time.perf_counter()
         self.phase = new
-        self.observer.phase_changed(self, old, new, now - self.since)
+        if new in OBSERVED_PHASES or self.dispatch.log_transitions:
+            self.observer.phase_changed(self, old, new, now - self.since)
         self.since = now
         if self.span is not None:
             self._trace_phase(new)
@@ -510,7 +514,6 @@ class Attempt:
         if leg.span is not None:
             leg.span.set_attributes({"motor.encode.items": len(work.items), "motor.encode.score": work.score})
         connection = await leg.send(encode_body(request.body), leg.deadline, whole=True)
-        await leg.read_body(connection, leg.deadline)
         leg.release_connection(connection)
         leg._advance(LEG_DONE)
         leg.allocation.release()
@@ -522,7 +525,7 @@ class Attempt:
     ) -> PrefillResult:
         body = prefill_body(self.dispatch.request.body, kv_transfer_params, **extra)
         connection = await leg.send(body, leg.deadline, whole=True)
-        raw = await leg.read_body(connection, leg.deadline)
+        raw = connection.whole_body()
         answered_after = time.perf_counter() - leg.sent_at
         leg.release_connection(connection)
         leg.allocation.release_tokens()
@@ -586,7 +589,7 @@ class Attempt:
         target = leg.target
         if not dispatch.request.stream:
             connection = await leg.send(body, leg.deadline, whole=True)
-            leg.first = await leg.read_body(connection, leg.deadline)
+            leg.first = connection.whole_body()
             self._output(leg)
             return
         await leg.send(body, leg.deadline)

@@ -46,10 +46,12 @@ class Dispatch:
         "closed",
         "context",
         "deadline",
+        "log_transitions",
         "loop",
         "replays",
         "request",
         "request_id",
+        "rid",
         "span",
     )
 
@@ -66,6 +68,9 @@ class Dispatch:
         self.request = request
         self.request_id = request_id
         self.client_rid = client_rid
+        # the X-Request-Id answered to the client: its own, else motor's
+        self.rid = client_rid or request_id.encode()
+        self.log_transitions = context.observer.logs_transitions()
         self.loop = context.loop
         self.arrival = time.perf_counter()
         self.deadline = self.loop.time() + context.limits.exceptions.infer_timeout
@@ -79,11 +84,6 @@ class Dispatch:
         self._extra_overhead = 0.0
         self._sending_since = 0.0
         self._task: asyncio.Task[Any] | None = None
-
-    @property
-    def rid(self) -> bytes:
-        """The X-Request-Id answered to the client: its own, else motor's."""
-        return self.client_rid or self.request_id.encode()
 
     @property
     def label(self) -> str:

@@ -14,7 +14,8 @@
 | kv_cache_affinity: a prefill leg answered | `motor_coordinator_kv_predictions_total{outcome}` (expected cached vs reported) |
 
 At DEBUG every transition is also logged with the time spent in the state it leaves, so one slow request's
-timeline (which leg, which instance, which wait) can be read from the coordinator's log.
+timeline (which leg, which instance, which wait) can be read from the coordinator's log. The level is read once
+per request, when it arrives (`logs_transitions`), not on every transition.
 """
 
 import logging
@@ -51,8 +52,12 @@ class MetricsObserver:
     def __init__(self, metrics: CoordinatorMetrics) -> None:
         self.metrics = metrics
 
+    def logs_transitions(self) -> bool:
+        """Whether the transitions of a request that arrives now are logged (DEBUG on this module's logger)."""
+        return log.isEnabledFor(logging.DEBUG)
+
     def phase_changed(self, attempt: "Attempt", old: Phase, new: Phase, seconds: float) -> None:
-        if log.isEnabledFor(logging.DEBUG):
+        if attempt.dispatch.log_transitions:
             log.debug(
                 "request %s attempt %d: %s → %s after %.3f s",
                 attempt.dispatch.label,
@@ -95,7 +100,7 @@ class MetricsObserver:
             )
 
     def leg_changed(self, leg: "Leg", old: LegState, new: LegState, seconds: float) -> None:
-        if log.isEnabledFor(logging.DEBUG):
+        if leg.attempt.dispatch.log_transitions:
             log.debug(
                 "request %s attempt %d: %s leg on %s: %s → %s after %.3f s",
                 leg.attempt.dispatch.label,

@@ -97,13 +97,24 @@ PHASE_NEXT: tuple[frozenset[Phase], ...] = tuple(PHASE_TRANSITIONS[p] for p in P
 LEG_NEXT: tuple[frozenset[LegState], ...] = tuple(LEG_TRANSITIONS[s] for s in LegState)
 
 
+# The transitions a DispatchObserver is told of when the request does not log every transition (DEBUG): a leg's
+# end, an attempt's first output and its retry — those the metrics need (tests/unit/test_coordinator_attempt.py
+# checks the others feed none).
+OBSERVED_LEG_STATES = frozenset({LegState.DONE, LegState.FAILED, LegState.ABORTED})
+OBSERVED_PHASES = frozenset({Phase.STREAMING, Phase.RETRYING})
+
+
 class InvalidTransition(RuntimeError):
     """A bug: code tried a transition the tables do not allow."""
 
 
 class DispatchObserver(Protocol):
-    """Sees every transition with the time spent in the state left (the per-stage timing and metrics hook;
-    `motor.coordinator.dispatch.observe.MetricsObserver` is the one in use)."""
+    """Sees transitions with the time spent in the state left (the per-stage timing and metrics hook;
+    `motor.coordinator.dispatch.observe.MetricsObserver` is the one in use): every transition of a request
+    that logs them (`logs_transitions()` when it arrived), else those into OBSERVED_LEG_STATES and
+    OBSERVED_PHASES."""
+
+    def logs_transitions(self) -> bool: ...
 
     def phase_changed(self, attempt: "Attempt", old: Phase, new: Phase, seconds: float) -> None: ...
 

@@ -9,8 +9,8 @@ waiting on `receive()` for `http.disconnect` would tell, without a task per requ
 None: use `receive()`), so the common request costs no wait and no read deadline. The head is held back until the first body
 message so that a complete response leaves in one write; a response without content-length is sent chunked.
 
-Requests on one connection are answered in order: a request that arrives while another is answered waits (and
-the connection stops reading until it is its turn). Request bodies are buffered up to `BODY_PAUSE_BYTES`
+Requests on one connection are answered in order, by one task per connection (started by its first request):
+a request that arrives while another is answered waits (and the connection stops reading until it is its turn). Request bodies are buffered up to `BODY_PAUSE_BYTES`
 before reading pauses until the app takes them; responses wait for the transport to drain when the client
 reads slower than they are sent. A client that goes away turns a pending or later `receive()` into
 `http.disconnect`. Deadlines (idle keep-alive, the request head) are enforced by the server's sweeper
@@ -60,8 +60,23 @@ INTERNAL_ERROR = HttpError(500, "the coordinator failed to answer this request",
 MALFORMED = bad_request("malformed HTTP request", code="bad_http_request")
 HEADER_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 HEADER_VALUE_FORBIDDEN = re.compile(rb"[\r\n\0]")
-# Framing is the server's: an app that sets these would corrupt it.
-SERVER_OWNED_HEADERS = frozenset((b"transfer-encoding",))
+# The names the coordinator's apps send, tokens as HEADER_NAME spells them (a unit test checks): not matched again.
+KNOWN_HEADER_NAMES = frozenset(
+    (
+        b"cache-control",
+        b"connection",
+        b"content-length",
+        b"content-type",
+        b"retry-after",
+        b"www-authenticate",
+        b"x-ratelimit-limit",
+        b"x-ratelimit-remaining",
+        b"x-request-id",
+    )
+)
+# The headers that frame the response: the app's content-length and connection are read, transfer-encoding is
+# the server's alone (an app that set it would corrupt the framing).
+FRAMING_HEADERS = frozenset((b"content-length", b"connection", b"transfer-encoding"))
 
 
 class ResponseError(Exception):
@@ -135,7 +150,8 @@ class Exchange:
         self.body = []
         self.body_size = 0
         self.body_taken = not self.more_body
-        self.connection.resume_reading()
+        if self.connection.reading_paused:
+            self.connection.resume_reading()
         return body
 
     def on_disconnect(self, callback: Callable[[], None]) -> None:
@@ -214,7 +230,8 @@ class Exchange:
             self.response_complete = True
             self.body = []  # a body the app did not read: the rest of it is dropped as it arrives
             self.body_size = 0
-            self.wake()
+            if self.waiter is not None:
+                self.wake()
             connection.response_done(self)
 
     def _start(self, message: Message) -> None:
@@ -222,38 +239,45 @@ class Exchange:
         parts = [status_line(status)]
         length = -1
         connection = False
-        for name, value in message.get("headers", ()):
-            if not HEADER_NAME.fullmatch(name) or HEADER_VALUE_FORBIDDEN.search(value):
+        headers = message.get("headers", ())
+        for name, value in headers:
+            if name not in KNOWN_HEADER_NAMES and not HEADER_NAME.fullmatch(name):
                 raise ResponseError(f"invalid response header {name[:64]!r}")
-            if name == b"content-length":
-                if length >= 0 or not value.isdigit():
-                    raise ResponseError(f"invalid or repeated content-length {value[:64]!r}")
-                length = int(value)
-            elif name == b"connection":
-                connection = True
-                if b"close" in value.lower():
-                    self.keep_alive = False
-            elif name in SERVER_OWNED_HEADERS:
-                raise ResponseError(f"the server sets {name.decode()}, not the app")
+            if name in FRAMING_HEADERS:
+                if name == b"content-length":
+                    if length >= 0 or not value.isdigit():
+                        raise ResponseError(f"invalid or repeated content-length {value[:64]!r}")
+                    length = int(value)
+                elif name == b"connection":
+                    connection = True
+                    if b"close" in value.lower():
+                        self.keep_alive = False
+                else:
+                    raise ResponseError(f"the server sets {name.decode()}, not the app")
             parts.append(b"%b: %b\r\n" % (name, value))
+        head = b"".join(parts)
+        # Every line ends with the one CRLF it brings, and neither the status line nor a name holds CR, LF or
+        # NUL: any other one is in a value. One scan of the head instead of one per value.
+        lines = len(parts)
+        if head.count(b"\n") != lines or head.count(b"\r") != lines or b"\0" in head:
+            culprit = next(name for name, value in headers if HEADER_VALUE_FORBIDDEN.search(value))
+            raise ResponseError(f"invalid response header {culprit[:64]!r}")
         self.started = True
         if self.more_body:
             self.keep_alive = False  # an early answer: the rest of the body may never come
         if not self.keep_alive and not connection:
-            parts.append(b"connection: close\r\n")
-        self.bodyless = self.scope["method"] == "HEAD" or status in (204, 304)
-        sized = length >= 0
-        if sized and not self.bodyless:
+            head += b"connection: close\r\n"
+        bodyless = self.bodyless = status in (204, 304) or self.scope["method"] == "HEAD"
+        if bodyless:
+            pass
+        elif length >= 0:
             self.unsent = length
-        if not sized and not self.bodyless and self.scope["http_version"] == "1.1":
+        elif self.scope["http_version"] == "1.1":
             self.chunked = True
-            parts.append(b"transfer-encoding: chunked\r\n")
-        elif not sized and not self.bodyless:
-            self.keep_alive = (
-                False  # HTTP/1.0 without a length: the end of the body is the end of the connection
-            )
-        parts.append(b"\r\n")
-        self.head = b"".join(parts)
+            head += b"transfer-encoding: chunked\r\n"
+        else:
+            self.keep_alive = False  # HTTP/1.0 without a length: the end of the body ends the connection
+        self.head = head + b"\r\n"
 
 
 class HttpConnection(asyncio.Protocol):
@@ -268,7 +292,7 @@ class HttpConnection(asyncio.Protocol):
         self.closing = False
         self.write_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
-        self._reading_paused = False
+        self.reading_paused = False
         self._broken = False
         self.client: tuple[str, int] | None = None
         self.local: tuple[str, int] | None = None
@@ -290,6 +314,9 @@ class HttpConnection(asyncio.Protocol):
         self._head_reads = 0
         self._refusal: HttpError | None = None  # why a callback stopped the parser
         self._linger: asyncio.TimerHandle | None = None
+        # The task that answers the requests, and what it waits on between them.
+        self._task: asyncio.Task[None] | None = None
+        self._next: asyncio.Future[None] | None = None
 
     # ---- asyncio.Protocol ----------------------------------------------------------------------------------
 
@@ -335,6 +362,7 @@ class HttpConnection(asyncio.Protocol):
         self.waiting.clear()
         self.write_paused = False
         self._wake_drain()
+        self._wake_task()
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -350,11 +378,10 @@ class HttpConnection(asyncio.Protocol):
         self._head_parts = 0
         self._head_reads = 0
 
-    def _count_head(self, size: int) -> None:
-        self._head_parts += size
-        if self._head_parts > self.max_head_bytes:
-            self._refusal = head_too_large(self.max_head_bytes)
-            raise ValueError(self._refusal.message)
+    def _head_too_large(self) -> None:
+        """Stop the parser: the head's parts so far exceed `max_head_bytes`."""
+        self._refusal = head_too_large(self.max_head_bytes)
+        raise ValueError(self._refusal.message)
 
     def on_message_begin(self) -> None:
         self._url = b""
@@ -364,11 +391,15 @@ class HttpConnection(asyncio.Protocol):
             self._head_begins()
 
     def on_url(self, url: bytes) -> None:
-        self._count_head(len(url))
+        self._head_parts += len(url)
+        if self._head_parts > self.max_head_bytes:
+            self._head_too_large()
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_head(len(name) + len(value) + HEADER_LINE_OVERHEAD)
+        self._head_parts += len(name) + len(value) + HEADER_LINE_OVERHEAD
+        if self._head_parts > self.max_head_bytes:
+            self._head_too_large()
         name = name.lower()
         if name == b"expect" and value.lower() == b"100-continue":
             self._expect_continue = True
@@ -413,7 +444,8 @@ class HttpConnection(asyncio.Protocol):
         exchange.body_size += len(body)
         if exchange.body_size > BODY_PAUSE_BYTES:
             self._pause_reading()
-        exchange.wake()
+        if exchange.waiter is not None:
+            exchange.wake()
 
     def on_message_complete(self) -> None:
         exchange = self.parsing
@@ -421,43 +453,69 @@ class HttpConnection(asyncio.Protocol):
         if exchange is None:
             return
         exchange.more_body = False
-        exchange.wake()
+        if exchange.waiter is not None:
+            exchange.wake()
 
     # ---- serving -------------------------------------------------------------------------------------------
 
     def _begin(self, exchange: Exchange) -> None:
+        """Answer `exchange` next, on the connection's task (started by its first request)."""
         self.current = exchange
-        task = self.loop.create_task(self._run(exchange))
-        self.server.tasks.add(task)
-        task.add_done_callback(self.server.tasks.discard)
+        if self._task is None:
+            self._task = task = self.loop.create_task(self._serve())
+            self.server.tasks.add(task)
+            task.add_done_callback(self.server.tasks.discard)
+        else:
+            self._wake_task()
 
-    async def _run(self, exchange: Exchange) -> None:
+    async def _serve(self) -> None:
+        """The connection's task: answers its requests one after the other (one task per connection rather
+        than per request), and ends when the connection closes."""
         try:
-            await self._answer(exchange)
+            while not self.closing:
+                exchange = self.current
+                if exchange is None:
+                    self._next = self.loop.create_future()
+                    try:
+                        await self._next
+                    finally:
+                        self._next = None
+                    continue
+                await self._answer(exchange)
+                if self.current is exchange:
+                    self.current = None  # the app ended before its response did: the connection is closed
+        finally:
+            self.close()
+
+    def _wake_task(self) -> None:
+        waiter = self._next
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _answer(self, exchange: Exchange) -> None:
+        try:
+            try:
+                await self.app(exchange.scope, exchange.receive, exchange.send)
+            except asyncio.CancelledError:
+                self.close()
+                raise
+            except Exception as exc:
+                log.error(
+                    "the app failed on %s %s", exchange.scope["method"], exchange.scope["path"], exc_info=exc
+                )
+                if exchange.started or exchange.disconnected:
+                    self.close()
+                else:
+                    exchange.keep_alive = False
+                    await send_error(exchange.send, INTERNAL_ERROR)
+                return
+            if not exchange.response_complete and not exchange.disconnected:
+                log.error("the app ended without completing its response to %s", exchange.scope["path"])
+                self.close()
         finally:
             # The scope holds the exchange's bound methods: let the pair go by reference counting, not the GC.
             exchange.scope = {}
             exchange.on_gone = None
-
-    async def _answer(self, exchange: Exchange) -> None:
-        try:
-            await self.app(exchange.scope, exchange.receive, exchange.send)
-        except asyncio.CancelledError:
-            self.close()
-            raise
-        except Exception as exc:
-            log.error(
-                "the app failed on %s %s", exchange.scope["method"], exchange.scope["path"], exc_info=exc
-            )
-            if exchange.started or exchange.disconnected:
-                self.close()
-            else:
-                exchange.keep_alive = False
-                await send_error(exchange.send, INTERNAL_ERROR)
-            return
-        if not exchange.response_complete and not exchange.disconnected:
-            log.error("the app ended without completing its response to %s", exchange.scope["path"])
-            self.close()
 
     def response_done(self, exchange: Exchange) -> None:
         """The response to `exchange` has been written: close, or go on with the next request."""
@@ -476,20 +534,21 @@ class HttpConnection(asyncio.Protocol):
             self._begin(following)
         else:
             self.idle_since = self.loop.time()
-        self.resume_reading()
+        if self.reading_paused:
+            self.resume_reading()
 
     def resume_reading(self) -> None:
-        if not self._reading_paused or self.closing or self._broken or self.waiting:
+        if not self.reading_paused or self.closing or self._broken or self.waiting:
             return
         parsing = self.parsing
         if parsing is not None and parsing.body_size > BODY_PAUSE_BYTES and not parsing.response_complete:
             return
-        self._reading_paused = False
+        self.reading_paused = False
         self.transport.resume_reading()
 
     def _pause_reading(self) -> None:
-        if not self._reading_paused and not self.closing:
-            self._reading_paused = True
+        if not self.reading_paused and not self.closing:
+            self.reading_paused = True
             self.transport.pause_reading()
 
     async def drain(self) -> None:

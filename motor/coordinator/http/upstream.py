@@ -149,6 +149,14 @@ class UpstreamConnection(asyncio.Protocol):
             parts.append(chunk)
         return b"".join(parts)
 
+    def whole_body(self) -> bytes:
+        """The body of a response that arrived whole (`UpstreamPool.request` with `whole_silence`): no wait."""
+        assert self.complete
+        data = b"".join(self._chunks)
+        self._chunks.clear()
+        self._buffered = 0
+        return data
+
     def abort(self) -> None:
         """Close the connection now: this cancels the leg at the engine."""
         self.closed = True
@@ -158,9 +166,9 @@ class UpstreamConnection(asyncio.Protocol):
         self._fail(UpstreamError("cancelled", "the leg was cancelled by the coordinator"))
 
     def release(self) -> None:
-        """Return to the pool when the exchange finished cleanly, else close."""
+        """Return to the pool when the exchange finished cleanly, else close. The alarm stays armed: firing
+        while nobody waits does nothing, and the next exchange usually needs no new timer."""
         if self.complete and not self.closed and self.keep_alive:
-            self._disarm()
             self._pool._release(self)
         else:
             self.abort()
@@ -198,7 +206,10 @@ class UpstreamConnection(asyncio.Protocol):
         if self.error is not None:
             raise self.error
 
-    async def _wait(self, deadline: float, silence: float, message: str) -> None:
+    def _wait(self, deadline: float, silence: float, message: str) -> "asyncio.Future[None]":
+        """What to await for the exchange's next event (bytes, its end, an error, the alarm): a future, not a
+        coroutine, so a wait adds no frame to the leg's await chain. A done waiter left in place is as good
+        as none: nothing wakes or expires a done future."""
         loop = self._loop
         self._deadline, self._silence, self._timeout_message = deadline, silence, message
         limit = self._limit()
@@ -210,12 +221,8 @@ class UpstreamConnection(asyncio.Protocol):
                 self._alarm.cancel()
             self._alarm = loop.call_at(limit, self._on_alarm)
             self._alarm_at = limit
-        waiter = loop.create_future()
-        self._waiter = waiter
-        try:
-            await waiter
-        finally:
-            self._waiter = None
+        waiter = self._waiter = loop.create_future()
+        return waiter
 
     def _limit(self) -> float:
         if self._silence and self.received_any:
@@ -290,36 +297,32 @@ class UpstreamPool:
         leg (abort) while the answer is still awaited.
         """
         data = head + body
-        connection = await self._acquire(host, port, head_deadline)
-        track.append(connection)
-        try:
-            return await self._exchange(connection, data, head_deadline, whole_silence)
-        except UpstreamError as exc:
-            if not (connection.reused and exc.kind == "closed" and not connection.received_any):
-                raise
+        connection = self._idle_connection((host, port)) or await self._connect(host, port, head_deadline)
+        while True:
+            track.append(connection)
+            try:
+                connection._send(data)
+                if connection._write_paused:
+                    await connection._drain(min(head_deadline, self.loop.time() + self.write_timeout))
+                if whole_silence is None:
+                    await connection._wait_head(head_deadline)
+                else:
+                    await connection._wait_complete(head_deadline, whole_silence)
+                return connection
+            except BaseException as exc:
+                connection.abort()
+                retry = isinstance(exc, UpstreamError) and exc.kind == "closed" and connection.reused
+                if not retry or connection.received_any:
+                    raise
+            # a reused connection the engine had closed before any answer: once more on a fresh one
             track.remove(connection)
-        connection = await self._connect(host, port, head_deadline)
-        track.append(connection)
-        return await self._exchange(connection, data, head_deadline, whole_silence)
+            connection = await self._connect(host, port, head_deadline)
 
-    async def _exchange(
-        self, connection: UpstreamConnection, data: bytes, head_deadline: float, whole_silence: float | None
-    ) -> UpstreamConnection:
-        try:
-            connection._send(data)
-            if connection._write_paused:
-                await connection._drain(min(head_deadline, self.loop.time() + self.write_timeout))
-            if whole_silence is None:
-                await connection._wait_head(head_deadline)
-            else:
-                await connection._wait_complete(head_deadline, whole_silence)
-        except BaseException:
-            connection.abort()
-            raise
-        return connection
-
-    async def _acquire(self, host: str, port: int, deadline: float) -> UpstreamConnection:
-        idle = self._idle.get((host, port))
+    def _idle_connection(self, key: tuple[str, int]) -> UpstreamConnection | None:
+        """The most recently used idle connection to `key` that is still fresh; the stale ones are closed."""
+        idle = self._idle.get(key)
+        if not idle:
+            return None
         now = self.loop.time()
         while idle:
             connection = idle.pop()
@@ -327,7 +330,7 @@ class UpstreamPool:
                 connection.reused = True
                 return connection
             connection.abort()
-        return await self._connect(host, port, deadline)
+        return None
 
     async def _connect(self, host: str, port: int, deadline: float) -> UpstreamConnection:
         key = (host, port)
