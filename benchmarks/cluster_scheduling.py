@@ -115,11 +115,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from motor.config import load_documents
 from motor.config.kv_events import DEFAULT_HASH_ALGORITHM, KV_EVENTS_TOPIC
 from motor.deploy.plan import build_plan
+from motor.deploy.plan.coordinator import POOL_CLIENT_CONFIG
 from motor.engine.sim.capacity import CapacityModel
 from motor.engine.sim.cli import capacity_flags
 from motor.engine.sim.config import KvEventsConfig
 from motor.kv.pool import KvCachePoolConfig
 from motor.pool.master import MooncakeMaster
+from motor.protocol.specs import CoordinatorSpec, PoolTierSpec
 from motor.runtime.net import free_local_ports
 
 MODEL = "cluster-sim"
@@ -338,10 +340,38 @@ class Scenario:
                 f"; {self.shape.system_prompts} tenants × {self.shape.system_median_tokens} prefix tokens = "
                 f"{self.prefix_share:.0%} of the prefill KV, no pool reads on prefill, warmed up"
             )
+            if self.shape.popularity_exponent:
+                top = 1 / sum(
+                    1 / (k + 1) ** self.shape.popularity_exponent for k in range(self.shape.system_prompts)
+                )
+                text += (
+                    f"; tenant k's weight 1/(k+1)^{self.shape.popularity_exponent:g} (the first: {top:.0%})"
+                )
         return text
 
 
-def make_scenario(name: str, engines: int) -> Scenario:
+def motor_policy(spec: str) -> tuple[str, dict[str, Any]]:
+    """A `--motor-policies` entry: `POLICY`, or `kv_cache_affinity@KEY=VALUE;KEY=VALUE` with
+    `scheduler_config.kv_affinity` keys (numbers, or a word such as `mode=load_gated`); returns (scheduler_type,
+    its kv_affinity keys). The coordinator's config validation names a wrong key or value."""
+    policy, _, options = spec.partition("@")
+    if options and policy != KV_EVENTS_POLICY:
+        raise ValueError(f"{spec}: only {KV_EVENTS_POLICY} takes weights (POLICY@KEY=VALUE;...)")
+    weights: dict[str, Any] = {}
+    for option in filter(None, options.split(";")):
+        key, equals, value = option.partition("=")
+        if not equals or not key:
+            raise ValueError(f"{spec}: {option!r} is not KEY=VALUE")
+        try:
+            weights[key] = json.loads(value)
+        except json.JSONDecodeError:
+            weights[key] = value
+    return policy, weights
+
+
+def make_scenario(name: str, engines: int, popularity_exponent: float = 0.0) -> Scenario:
+    """`name` on `engines`P+`engines`D; cache-pressure's tenant k is picked with weight 1 / (k + 1) **
+    `popularity_exponent` (0: uniformly popular)."""
     if name == "shared-pool":
         model = cluster_capacity(engines)
         return Scenario(name, engines, model, WorkloadShape(), ENGINE_BLOCKS, cache_pressure=False)
@@ -352,7 +382,7 @@ def make_scenario(name: str, engines: int) -> Scenario:
         system_median_tokens=TENANT_PREFIX_TOKENS,
         system_sigma=0.0,
         max_system_tokens=TENANT_PREFIX_TOKENS,
-        popularity_exponent=0.0,
+        popularity_exponent=popularity_exponent,
         max_prompt_tokens=PRESSURE_MAX_PROMPT_TOKENS,
     )
     # decode at the reference engine's speed whatever the size: the prefill side is what this scenario loads
@@ -418,6 +448,20 @@ class Cluster:
     scenario: Scenario
     prefill: Engines
     decode: Engines
+    store_config: Path  # the engines' store config (the pool's master)
+
+    def pool_tier(self) -> PoolTierSpec | None:
+        """What kv_cache_affinity asks the pool (the sims' block keys), where the prefill engines read it: the
+        shared-pool scenario; under cache pressure they never do, and the pool is not asked."""
+        if self.scenario.cache_pressure:
+            return None
+        store = json.loads(self.store_config.read_text())
+        return PoolTierSpec(
+            store_config={**store, **POOL_CLIENT_CONFIG},
+            key_scheme="motor-sim",
+            model=MODEL,
+            kv_bytes_per_token=KV_BYTES_PER_TOKEN,
+        )
 
 
 def start_pool(work: Path) -> MooncakeMaster:
@@ -499,6 +543,7 @@ class Router:
     url: str
     body_extra: dict[str, Any] = field(default_factory=dict)  # merged into every request it is sent
     engines: DynamoDeployment | None = None  # a path that brings its own engines (Dynamo's mockers)
+    metrics_url: str | None = None  # a motor coordinator's /metrics (its kv_cache_affinity figures)
 
     def stop(self) -> None:
         self.process.stop()
@@ -509,7 +554,7 @@ class Router:
 @dataclass(frozen=True)
 class PathSpec:
     kind: str  # "motor", "vllm-router" or "dynamo"
-    policy: str  # a motor scheduler_type, a vllm-router POLICY or POLICY@N, or a Dynamo router mode
+    policy: str  # a motor policy (`motor_policy`), a vllm-router POLICY or POLICY@N, or a Dynamo router mode
     workers: int = 1  # motor's coordinator workers
 
 
@@ -521,11 +566,17 @@ def start_path(path: PathSpec, cluster: Cluster, work: Path, args: argparse.Name
     return start_vllm_router(path.policy, cluster.prefill, cluster.decode, work)
 
 
-def start_motor(policy: str, workers: int, cluster: Cluster, work: Path) -> Router:
-    """A controller-less coordinator with `workers` workers; kv_cache_affinity's kv_index comes from the plan
-    (the engines' block size, sha256, the PYTHONHASHSEED of env.json's motor_common_env: HASH_SEED)."""
+def start_motor(spec: str, workers: int, cluster: Cluster, work: Path) -> Router:
+    """A controller-less coordinator with `workers` workers for the policy `spec` (`motor_policy`);
+    kv_cache_affinity's kv_index comes from the plan (the engines' block size, sha256, the PYTHONHASHSEED of
+    env.json's motor_common_env: HASH_SEED)."""
     prefill, decode = cluster.prefill, cluster.decode
-    admission = admission_bounds(cluster.scenario.model) if policy == "pd_aware" else {}
+    policy, weights = motor_policy(spec)
+    scheduling: dict[str, Any] = {"dispatch_profile": "prefill_first", "scheduler_type": policy}
+    if policy == "pd_aware":
+        scheduling |= admission_bounds(cluster.scenario.model)
+    if weights:
+        scheduling["kv_affinity"] = weights
     infer_port, mgmt_port = free_port(), free_port()
     directory = work / f"motor-{policy}-w{workers}-{infer_port}"
     directory.mkdir()
@@ -540,7 +591,7 @@ def start_motor(policy: str, workers: int, cluster: Cluster, work: Path) -> Rout
         "motor_coordinator_config": {
             "logging_config": {"log_level": "WARNING"},
             "api_config": {"coordinator_api_infer_port": infer_port, "coordinator_api_mgmt_port": mgmt_port},
-            "scheduler_config": {"dispatch_profile": "prefill_first", "scheduler_type": policy} | admission,
+            "scheduler_config": scheduling,
             "inference_workers_config": {"num_workers": workers},
             "timeout_config": {"request_timeout": 120, "read_timeout": 120},
             "exception_config": {"first_token_timeout": 120, "infer_timeout": 600},
@@ -551,7 +602,12 @@ def start_motor(policy: str, workers: int, cluster: Cluster, work: Path) -> Rout
     env = {"version": "2.0.0", "motor_common_env": {"PYTHONHASHSEED": HASH_SEED}}
     plan = build_plan(load_documents(user, env), config_dir=str(directory))
     spec_path = directory / "coordinator.spec.json"
-    spec_path.write_text(plan.files[spec_path.name])
+    coordinator = CoordinatorSpec.model_validate_json(plan.files[spec_path.name])
+    # the benchmark's pool is not in the config, so the plan gives the index no pool tier: add the running one's
+    if coordinator.kv_index is not None:
+        index = coordinator.kv_index.model_copy(update={"pool": cluster.pool_tier()})
+        coordinator = coordinator.model_copy(update={"kv_index": index})
+    spec_path.write_text(coordinator.model_dump_json())
     process = spawn(
         f"motor-{policy}-w{workers}",
         [sys.executable, "-m", "motor.coordinator", "--spec", str(spec_path)],
@@ -576,7 +632,12 @@ def start_motor(policy: str, workers: int, cluster: Cluster, work: Path) -> Rout
     except BaseException:
         process.stop()
         raise
-    return Router(f"motor {policy}/w{workers}", process, f"http://127.0.0.1:{infer_port}")
+    return Router(
+        f"motor {spec}/w{workers}",
+        process,
+        f"http://127.0.0.1:{infer_port}",
+        metrics_url=f"http://127.0.0.1:{mgmt_port}/metrics" if policy == KV_EVENTS_POLICY else None,
+    )
 
 
 def start_vllm_router(spec: str, prefill: Engines, decode: Engines, work: Path) -> Router:
@@ -717,6 +778,44 @@ def engine_counters(engines: Engines) -> dict[str, float]:
     return totals
 
 
+KV_SERIES = {  # kv_cache_affinity's counters on the coordinator's /metrics (summed over its workers), by label
+    "motor_coordinator_kv_predictions_total": "outcome",
+    "motor_coordinator_kv_pool_queries_total": "answer",
+}
+
+
+def coordinator_kv_counters(url: str | None) -> dict[tuple[str, str], float]:
+    """(series, label value) -> count: the prefill legs by how the cached tokens the coordinator expected compare
+    with what the engine reported, and the pool queries by whether the pool answered."""
+    if url is None:
+        return {}
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    totals: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            label = KV_SERIES.get(sample.name)
+            if label is not None:
+                key = (sample.name, sample.labels.get(label, ""))
+                totals[key] = totals.get(key, 0.0) + sample.value
+    return totals
+
+
+def describe_kv_counters(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]) -> str:
+    """What a row added, e.g. `predicted: exact 150, within_block 3; pool: answered 40`."""
+    parts = []
+    for series, name in (
+        ("motor_coordinator_kv_predictions_total", "predicted"),
+        ("motor_coordinator_kv_pool_queries_total", "pool"),
+    ):
+        added = sorted(
+            (label, count - before.get((s, label), 0.0)) for (s, label), count in after.items() if s == series
+        )
+        if any(count for _, count in added):
+            parts.append(f"{name}: " + ", ".join(f"{label} {count:g}" for label, count in added if count))
+    return "; ".join(parts)
+
+
 def wait_idle(cluster: list[Engines], timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -822,6 +921,7 @@ class Row:
     load: float
     first_error: str = ""
     attempts: int = 1  # measured again when the machine was starved
+    kv_figures: str = ""  # kv_cache_affinity's own view of the row (`describe_kv_counters`)
 
 
 def measure(
@@ -847,6 +947,7 @@ def measure(
         return engine_counters(prefill), engine_counters(decode)
 
     before, decode_before = counters()
+    kv_before = coordinator_kv_counters(router.metrics_url)
     sims = router.engines.pids() if router.engines else [prefill.process.popen.pid, decode.process.popen.pid]
     cpu_before = tree_cpu_seconds(router.process.popen.pid)
     sims_before, client_before = sum(map(process_seconds, sims)), time.process_time()
@@ -857,6 +958,7 @@ def measure(
     sims_cpu = sum(map(process_seconds, sims)) - sims_before
     client_cpu = time.process_time() - client_before
     after, decode_after = counters()
+    kv_after = coordinator_kv_counters(router.metrics_url)
     prompt = max(1.0, after["prompt"] - before["prompt"])
     decode_prompt = max(1.0, decode_after["prompt"] - decode_before["prompt"])
     ok = [o for o in outcomes if o.ok]
@@ -885,6 +987,7 @@ def measure(
         percentile([o.late_s for o in outcomes], 0.99),
         os.getloadavg()[0],
         errors[0] if errors else "",
+        kv_figures=describe_kv_counters(kv_before, kv_after),
     )
 
 
@@ -954,6 +1057,7 @@ def print_rows(rows: list[Row], args: argparse.Namespace) -> None:
             f"{r.pool_hit:>8.0%} {r.local_hit:>9.0%} {pct(r.handover):>8} {r.cpu_us:>10.0f} {r.client_cpu:>6.0%} "
             f"{r.sims_cpu:>5.0%} {r.late_p99 * 1e3:>7.0f} {r.load:>5.1f} {r.attempts:>5}"
             + (f"  ({r.first_error})" if r.first_error else "")
+            + (f"  [{r.kv_figures}]" if r.kv_figures else "")
         )
 
 
@@ -1005,9 +1109,21 @@ def parse_args() -> argparse.Namespace:
         help="prefill engines, and as many decode engines (16 for 16P+16D); shared-pool: their decode steps "
         "cost N/4 as much per sequence as the reference 4P+4D engine's, so every size saturates near the same rate",
     )
+    parser.add_argument(
+        "--popularity-exponent",
+        type=float,
+        default=0.0,
+        help="cache-pressure: tenant k is picked with weight 1 / (k + 1) ** this (0: uniformly popular; 2: the "
+        "first tenant takes about 60 %% of the sessions)",
+    )
     parser.add_argument("--rates", default="5,8,12", help="offered requests/s, comma-separated")
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of arrivals per run")
-    parser.add_argument("--motor-policies", default=",".join(MOTOR_POLICIES))
+    parser.add_argument(
+        "--motor-policies",
+        default=",".join(MOTOR_POLICIES),
+        help="scheduler_types, comma-separated; kv_cache_affinity@KEY=VALUE;KEY=VALUE sets its kv_affinity keys "
+        "(e.g. 'kv_cache_affinity@prefill_load_scale=10')",
+    )
     parser.add_argument(
         "--workers", default="1", help="coordinator worker counts, comma-separated: one motor path each"
     )
@@ -1039,10 +1155,15 @@ def parse_args() -> argparse.Namespace:
     if args.quick:
         args.engines, args.rates, args.duration = 4, "5,10", 20.0
     args.motor_policies = [p for p in args.motor_policies.split(",") if p]
+    for spec in args.motor_policies:
+        try:
+            motor_policy(spec)
+        except ValueError as exc:
+            parser.error(f"--motor-policies: {exc}")
     args.workers = [int(w) for w in args.workers.split(",") if w]
     if args.router_policies is None:
         limit = (
-            admission_bounds(make_scenario(args.scenario, args.engines).model)[
+            admission_bounds(make_scenario(args.scenario, args.engines, args.popularity_exponent).model)[
                 "admission_max_decode_requests"
             ]
             * args.engines
@@ -1056,14 +1177,15 @@ def parse_args() -> argparse.Namespace:
 
 def run_rows(args: argparse.Namespace, scenario: Scenario, work: Path, store_config: Path) -> list[Row]:
     """Every path at every rate, on one cluster of engines started here (stopped by pid at the end)."""
-    kv_events = kv_events_config(work) if KV_EVENTS_POLICY in args.motor_policies else None
+    routes_on_events = any(motor_policy(spec)[0] == KV_EVENTS_POLICY for spec in args.motor_policies)
+    kv_events = kv_events_config(work) if routes_on_events else None
     started: list[Process] = []
     try:
         prefill = start_engines("prefill", scenario, store_config, work, kv_events)
         started.append(prefill.process)
         decode = start_engines("decode", scenario, store_config, work, None)
         started.append(decode.process)
-        cluster = Cluster(scenario, prefill, decode)
+        cluster = Cluster(scenario, prefill, decode, store_config)
         runs = itertools.count(1)
         rows: list[Row] = []
         for rate in args.rates:
@@ -1082,7 +1204,7 @@ def main() -> None:
     args = parse_args()
     if args.dynamo:
         enter_loopback_namespace()
-    scenario = make_scenario(args.scenario, args.engines)
+    scenario = make_scenario(args.scenario, args.engines, args.popularity_exponent)
     # a kill ends the run through the cleanup below (the engines, pool and router are stopped by pid)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     print(scenario.describe())

@@ -1,5 +1,6 @@
 """The cluster scheduling benchmark's pure parts: the seeded multi-turn workload and the goodput arithmetic."""
 
+import collections
 import itertools
 import math
 import statistics
@@ -15,9 +16,12 @@ from cluster_scheduling import (
     WorkloadShape,
     admission_bounds,
     cluster_capacity,
+    describe_kv_counters,
     goodput,
+    make_scenario,
     make_workload,
     meets_slo,
+    motor_policy,
 )
 
 
@@ -95,3 +99,36 @@ def test_admission_bounds_follow_the_engine() -> None:
     eight = admission_bounds(cluster_capacity(8))
     assert eight["admission_max_prefill_tokens"] == 1500 and eight["admission_max_decode_requests"] == 5
     assert admission_bounds(cluster_capacity(64))["admission_max_decode_requests"] == 1, "never 0"
+
+
+def test_motor_policies_take_kv_affinity_weights() -> None:
+    assert motor_policy("prefix_affinity") == ("prefix_affinity", {})
+    assert motor_policy("kv_cache_affinity@prefill_load_scale=10;mode=load_gated;load_gate_topn=3") == (
+        "kv_cache_affinity",
+        {"prefill_load_scale": 10, "mode": "load_gated", "load_gate_topn": 3},
+    )
+    with pytest.raises(ValueError, match="only kv_cache_affinity takes weights"):
+        motor_policy("load_balance@load_weight=2")
+    with pytest.raises(ValueError, match="is not KEY=VALUE"):
+        motor_policy("kv_cache_affinity@prefill_load_scale")
+
+
+def test_cache_pressure_tenants_can_be_skewed() -> None:
+    def first_tenant_share(exponent: float) -> float:
+        """The share of sessions on the most popular tenant's prefix."""
+        shape = make_scenario("cache-pressure", 8, exponent).shape
+        firsts = [turn for turn in make_workload(6, 60, seed=1, shape=shape) if turn.index == 0]
+        tenants = collections.Counter(turn.prompt_words[: shape.system_median_tokens] for turn in firsts)
+        return tenants.most_common(1)[0][1] / len(firsts)
+
+    assert make_scenario("cache-pressure", 8).shape.system_prompts == 23
+    assert first_tenant_share(0.0) < 0.2
+    assert first_tenant_share(2.0) > 0.45
+
+
+def test_the_coordinators_kv_figures_are_what_the_row_added() -> None:
+    predicted, pool = "motor_coordinator_kv_predictions_total", "motor_coordinator_kv_pool_queries_total"
+    before = {(predicted, "exact"): 10.0, (pool, "answered"): 4.0}
+    after = {(predicted, "exact"): 25.0, (predicted, "under"): 2.0, (pool, "answered"): 4.0}
+    assert describe_kv_counters(before, after) == "predicted: exact 15, under 2"
+    assert describe_kv_counters({}, {}) == ""
