@@ -16,6 +16,8 @@ def test_examples_sim_kv_validates_and_plans_the_index_the_sim_engines_feed() ->
     topology = load_config(EXAMPLE / "user_config.json", EXAMPLE / "env.json")
     coordinator = topology.user.motor_coordinator_config
     assert coordinator.scheduler_config.scheduler_type == "kv_cache_affinity"
+    # what docs/kv-routing.md recommends under cache pressure: a prefix is worth ten queued tokens per token
+    assert coordinator.scheduler_config.kv_affinity.prefill_load_scale == 10.0
     assert coordinator.inference_workers_config.num_workers == 2
     assert {role: (spec.engine_type, spec.instances) for role, spec in topology.roles.items()} == {
         "prefill": ("sim", 2),
