@@ -230,7 +230,8 @@ def scale(client: KubeClient, job: Job) -> Applied | Unchanged:
 
 def deployed_counts(client: KubeClient, namespace: str) -> dict[str, int]:
     """Prefill and decode instances of the deployed baseline (what `--update-instance-num` last applied)."""
-    deploy = json.loads(_baseline(client, namespace, "--update-instance-num").user).get("motor_deploy_config") or {}
+    baseline = json.loads(_baseline(client, namespace, "--update-instance-num").user)
+    deploy = baseline.get("motor_deploy_config") or {}
     return {role: deploy.get(key) or 0 for role, key in COUNT_KEYS.items()}
 
 

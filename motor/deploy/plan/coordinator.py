@@ -66,7 +66,8 @@ def compile_coordinator(context: PlanContext) -> tuple[Component, ...]:
     return with_standby(context, component, standby)
 
 
-DEFAULT_BLOCK_SIZE = 16  # the simulator's (vLLM engines set theirs under kv_cache_affinity: motor.config.kv_routing)
+# the simulator's block size (vLLM engines set theirs under kv_cache_affinity: motor.config.kv_routing)
+DEFAULT_BLOCK_SIZE = 16
 
 
 MOONCAKE_STORE_CONNECTOR = "MooncakeStoreConnector"
