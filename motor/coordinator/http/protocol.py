@@ -6,13 +6,14 @@ server, scheme, http_version), `receive` → `http.request` / `http.disconnect`,
 (`callback`) has `callback()` called when the client goes away before the response ended — what a task
 waiting on `receive()` for `http.disconnect` would tell, without a task per request — and
 `scope[COMPLETE_BODY]()` hands over the whole body when it has all arrived and none was received yet (else
-None: use `receive()`), so the common request costs no wait and no read deadline. The head is held back until the first body
-message so that a complete response leaves in one write; a response without content-length is sent chunked.
+None: use `receive()`), so the common request costs no wait and no read deadline. The head is held back until
+the first body message so that a complete response leaves in one write; a response without content-length is
+sent chunked.
 
 Requests on one connection are answered in order, by one task per connection (started by its first request):
-a request that arrives while another is answered waits (and the connection stops reading until it is its turn). Request bodies are buffered up to `BODY_PAUSE_BYTES`
-before reading pauses until the app takes them; responses wait for the transport to drain when the client
-reads slower than they are sent. A client that goes away turns a pending or later `receive()` into
+a request that arrives while another is answered waits (and the connection stops reading until it is its
+turn). Request bodies are buffered up to `BODY_PAUSE_BYTES` before reading pauses until the app takes them;
+responses wait for the transport to drain when the client reads slower than they are sent. A client that goes away turns a pending or later `receive()` into
 `http.disconnect`. Deadlines (idle keep-alive, the request head) are enforced by the server's sweeper
 (`motor.coordinator.http.server`) from `idle_since` and `head_since`; the head's clock starts with its first byte,
 stray CRLFs before a request line included. A head beyond the server's `max_head_bytes` is answered 431.
@@ -60,7 +61,8 @@ INTERNAL_ERROR = HttpError(500, "the coordinator failed to answer this request",
 MALFORMED = bad_request("malformed HTTP request", code="bad_http_request")
 HEADER_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 HEADER_VALUE_FORBIDDEN = re.compile(rb"[\r\n\0]")
-# The names the coordinator's apps send, tokens as HEADER_NAME spells them (a unit test checks): not matched again.
+# The names the coordinator's apps send, tokens as HEADER_NAME spells them (a unit test checks): not matched
+# again.
 KNOWN_HEADER_NAMES = frozenset(
     (
         b"cache-control",
@@ -267,16 +269,15 @@ class Exchange:
             self.keep_alive = False  # an early answer: the rest of the body may never come
         if not self.keep_alive and not connection:
             head += b"connection: close\r\n"
-        bodyless = self.bodyless = status in (204, 304) or self.scope["method"] == "HEAD"
-        if bodyless:
-            pass
-        elif length >= 0:
-            self.unsent = length
-        elif self.scope["http_version"] == "1.1":
-            self.chunked = True
-            head += b"transfer-encoding: chunked\r\n"
-        else:
-            self.keep_alive = False  # HTTP/1.0 without a length: the end of the body ends the connection
+        self.bodyless = status in (204, 304) or self.scope["method"] == "HEAD"
+        if not self.bodyless:
+            if length >= 0:
+                self.unsent = length
+            elif self.scope["http_version"] == "1.1":
+                self.chunked = True
+                head += b"transfer-encoding: chunked\r\n"
+            else:
+                self.keep_alive = False  # HTTP/1.0 without a length: the end of the body ends the connection
         self.head = head + b"\r\n"
 
 
