@@ -95,8 +95,8 @@ from motor.config.models import PlannerConfig
 from motor.config.planner import PLANNED_ROLES, PlannedRole, planner_bounds
 from motor.engine.sim.capacity import CapacityModel
 from motor.planner.decide import Figures, role_needs
-from motor.runtime.net import free_port_block
-from tests.fixtures.control import SIM_EXAMPLE, ConfigPair, LocalRun, merge
+from tests.fixtures.control import ConfigPair, LocalRun, sim_config
+from tests.fixtures.planner import LATENCY_MODEL_FLAGS
 
 Counts = dict[PlannedRole, int]
 
@@ -138,9 +138,6 @@ PLANNER: dict[str, Any] = {
     "max_changes_per_minute": 6,
     "fill_budget": True,  # the budget is paid for: all of it split by need (else the fewest that suffice)
 }
-# ports, from the block's base: coordinator infer and mgmt, controller, planner; node managers from +4 (one
-# per instance, BUDGET at most); the pool's two; the engines and their engine servers from +16 (two each)
-PORT_BLOCK = 16 + 2 * BUDGET
 
 
 @dataclass(frozen=True)
@@ -290,9 +287,8 @@ class Run:
     loads: tuple[float, float]
     job_cpu: float  # share of a core, over the schedule
     notes: list[str]  # the planner's, at the end: how it measured the capacities
-    alone: int | None = (
-        None  # the phase it played alone (its requests' times from that phase's start), or all
-    )
+    # the phase it played alone (its requests' times from that phase's start); None: all of them
+    alone: int | None = None
 
     @property
     def planned(self) -> bool:
@@ -311,9 +307,11 @@ class Run:
         return [
             s
             for s in self.failed()
-            for change in self.changes
-            if s.sent_s < (change.ended_s if change.ended_s is not None else math.inf)
-            and s.ended_s > change.at_s
+            if any(
+                s.sent_s < (change.ended_s if change.ended_s is not None else math.inf)
+                and s.ended_s > change.at_s
+                for change in self.changes
+            )
         ]
 
 
@@ -321,8 +319,10 @@ def within_slo(outcome: Outcome, rule: str = "TPOT") -> bool:
     """Answered whole within the TTFT objective, and its mean time per output token (TPOT, DistServe's rule;
     `rule` "P99": its own ITL P99 instead, which one late wake-up of a starved engine decides) within the ITL
     objective."""
-    if not outcome.ok or outcome.ttft_s > TTFT_SLO_S or not outcome.gaps_s:
-        return outcome.ok and outcome.ttft_s <= TTFT_SLO_S
+    if not outcome.ok or outcome.ttft_s > TTFT_SLO_S:
+        return False
+    if not outcome.gaps_s:
+        return True
     itl = statistics.fmean(outcome.gaps_s) if rule == "TPOT" else percentile(outcome.gaps_s, 0.99)
     return itl <= ITL_SLO_S
 
@@ -330,37 +330,25 @@ def within_slo(outcome: Outcome, rule: str = "TPOT") -> bool:
 def job_config(directory: Path, split: Counts, planner: dict[str, Any] | None) -> ConfigPair:
     """examples/sim with `split`, the capacity-model engines, its ports moved to a free block, and the planner
     configured by `planner` (None: none)."""
-    user = json.loads((SIM_EXAMPLE / "user_config.json").read_text())
-    env = json.loads((SIM_EXAMPLE / "env.json").read_text())
-    base = free_port_block(PORT_BLOCK)
-    for section in ("motor_engine_prefill_config", "motor_engine_decode_config"):
-        for flag in (
-            "prefill_ms_per_token",
-            "itl_ms",
-        ):  # the latency model's: the capacity model refuses them
-            user[section]["engine_config"].pop(flag)
+    engine = {"engine_config": ENGINE_CONFIG}
     overrides: dict[str, Any] = {
         "motor_deploy_config": {"p_instances_num": split["prefill"], "d_instances_num": split["decode"]},
-        "motor_coordinator_config": {
-            "api_config": {"coordinator_api_infer_port": base, "coordinator_api_mgmt_port": base + 1},
-            "exception_config": {"infer_timeout": INFER_TIMEOUT_S},
-        },
-        "motor_controller_config": {"api_config": {"controller_api_port": base + 2}},
-        "motor_nodemanger_config": {
-            "api_config": {"node_manager_port": base + 4},
-            "endpoint_config": {"base_port": base + 16},
-        },
-        "kv_cache_pool_config": {"port": base + 4 + BUDGET, "metrics_port": base + 5 + BUDGET},
-        "motor_engine_prefill_config": {"engine_config": ENGINE_CONFIG},
-        "motor_engine_decode_config": {"engine_config": ENGINE_CONFIG},
+        "motor_coordinator_config": {"exception_config": {"infer_timeout": INFER_TIMEOUT_S}},
+        "motor_engine_prefill_config": engine,
+        "motor_engine_decode_config": engine,
     }
     if planner is not None:
-        overrides["motor_planner_config"] = {**planner, "api_config": {"planner_api_port": base + 3}}
-    user = merge(user, overrides)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "user_config.json").write_text(json.dumps(user, indent=2))
-    (directory / "env.json").write_text(json.dumps(env, indent=2))
-    return ConfigPair(directory, directory / "user_config.json", directory / "env.json", user)
+        overrides["motor_planner_config"] = planner
+    config = sim_config(directory, overrides=overrides, instances=BUDGET)
+    doc = config.doc
+    for section in ("motor_engine_prefill_config", "motor_engine_decode_config"):
+        for flag in LATENCY_MODEL_FLAGS:  # the capacity model refuses them
+            doc[section]["engine_config"].pop(flag)
+    if planner is not None:  # the block's unused port (sim_config)
+        infer_port = doc["motor_coordinator_config"]["api_config"]["coordinator_api_infer_port"]
+        doc["motor_planner_config"]["api_config"] = {"planner_api_port": infer_port + 3}
+    config.user.write_text(json.dumps(doc, indent=2))
+    return config
 
 
 async def play(url: str, turns: Sequence[Turn], salt: str, began: float) -> list[Sent]:

@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from planner_phases import (
     BUDGET,
     PHASES,
+    Change,
     Outcome,
     Run,
     Sent,
@@ -78,6 +79,19 @@ def test_goodput_counts_every_request_sent_and_tpot_forgives_one_late_step() -> 
         [],
     )
     assert run.goodput(0, 10.0) == 0.1
+
+
+def test_a_failure_during_overlapping_changes_is_lost_once() -> None:
+    turn = make_schedule(PHASES, 10.0, seed=1)[0]
+    failed = Sent(turn, 5.0, 9.0, Outcome(False, error="HTTP 503"))
+    before = Sent(turn, 0.0, 1.0, Outcome(False, error="HTTP 503"))  # ended before any change began
+    counts = {"prefill": 4, "decode": 4}
+    changes = [
+        Change(4.0, "convert", counts, counts, "", ended_s=8.0),
+        Change(6.0, "scale", counts, counts, ""),  # never ended: in progress until the run's end
+    ]
+    run = Run("planner", [failed, before], [], changes, (0, 0), 0, [])
+    assert run.lost_to_changes() == [failed]
 
 
 def test_the_capacity_model_wants_a_different_split_in_each_phase() -> None:
