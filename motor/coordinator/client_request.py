@@ -81,6 +81,9 @@ class ClientRequest:
     stream: bool
     demand: Demand
     encode: EncodeWork | None = None  # a chat request's multimodal items: what its encode leg computes
+    stated_max_tokens: int | None = (
+        None  # the output tokens the client asked for at most (None: it did not say)
+    )
 
     @property
     def path(self) -> bytes:
@@ -128,13 +131,21 @@ def parse_request(
     items = limits.max_list_items
     text, token_ids = _chat_prompt(body, items) if api == "chat" else _completion_prompt(body, items)
     prompt_tokens = len(token_ids) if token_ids is not None else -(-len(text) // CHARS_PER_TOKEN)
-    max_new = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_NEW_TOKENS
+    stated_max = body.get("max_completion_tokens") or body.get("max_tokens")
+    max_new = stated_max or DEFAULT_MAX_NEW_TOKENS
     demand = Demand(
         prompt_tokens=prompt_tokens, max_new_tokens=max_new, prompt_text=text, prompt_token_ids=token_ids
     )
     encode = encode_work(body["messages"]) if api == "chat" else None
     return ClientRequest(
-        api=api, raw=raw, body=body, model=model, stream=stream, demand=demand, encode=encode
+        api=api,
+        raw=raw,
+        body=body,
+        model=model,
+        stream=stream,
+        demand=demand,
+        encode=encode,
+        stated_max_tokens=stated_max,
     )
 
 

@@ -15,6 +15,8 @@ disable_created_metrics()
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5)
 OVERHEAD_BUCKETS = (0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.002, 0.005, 0.01, 0.05)
+# prompt and output tokens per request: 1, 2, 5, 10, 20, 50 … 500,000
+TOKEN_BUCKETS = tuple(float(m * 10**e) for e in range(6) for m in (1, 2, 5))
 LEGS = ("encode", "prefill", "kv_wait", "decode", "aggregated")
 
 
@@ -172,6 +174,20 @@ class CoordinatorMetrics:
             buckets=OVERHEAD_BUCKETS,
             registry=registry,
         )
+        self.prompt_tokens = Histogram(
+            "motor_coordinator_request_prompt_tokens",
+            "Prompt tokens of each request admitted, as the coordinator counts them on arrival (exact when it "
+            "tokenized the prompt, else its estimate of one token per 4 characters)",
+            buckets=TOKEN_BUCKETS,
+            registry=registry,
+        )
+        self.max_tokens = Histogram(
+            "motor_coordinator_request_max_tokens",
+            "The output tokens each request admitted asked for at most (max_tokens or max_completion_tokens), "
+            "on arrival; requests that do not say are not counted",
+            buckets=TOKEN_BUCKETS,
+            registry=registry,
+        )
         self.in_flight = Gauge(
             "motor_coordinator_in_flight_requests",
             "Client requests being served",
@@ -183,7 +199,16 @@ class CoordinatorMetrics:
         self.overhead_batch = BatchedHistogram(self.overhead)
         self._legs = {leg: BatchedHistogram(self.leg.labels(leg)) for leg in LEGS}
         self._e2e: dict[str, BatchedHistogram] = {}
-        self._batches = [self.itl_batch, self.ttft_batch, self.overhead_batch, *self._legs.values()]
+        self._prompt_tokens = BatchedHistogram(self.prompt_tokens)
+        self._max_tokens = BatchedHistogram(self.max_tokens)
+        self._batches = [
+            self.itl_batch,
+            self.ttft_batch,
+            self.overhead_batch,
+            self._prompt_tokens,
+            self._max_tokens,
+            *self._legs.values(),
+        ]
         self._request_children: dict[tuple[str, int], Any] = {}
 
     def flush(self) -> None:
@@ -202,6 +227,13 @@ class CoordinatorMetrics:
             batch = self._e2e[route] = BatchedHistogram(self.e2e.labels(route))
             self._batches.append(batch)
         batch.observe(seconds)
+
+    def arrived(self, prompt_tokens: int, max_tokens: int | None) -> None:
+        """A request admitted: its prompt tokens and the output tokens it asked for at most (None: it did not
+        say). The planner reads what arrives from these before the engines finish any of it."""
+        self._prompt_tokens.observe(prompt_tokens)
+        if max_tokens is not None:
+            self._max_tokens.observe(max_tokens)
 
     def observe_leg(self, leg: str, seconds: float) -> None:
         self._legs[leg].observe(seconds)

@@ -13,6 +13,8 @@ REQUESTS = "motor_coordinator_requests"
 TTFT = "motor_coordinator_ttft_seconds"
 CIRCUIT_OPEN = "motor_coordinator_circuit_open"
 IN_FLIGHT = "motor_coordinator_in_flight_requests"
+PROMPT_TOKENS = "motor_coordinator_request_prompt_tokens"
+MAX_TOKENS = "motor_coordinator_request_max_tokens"
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,12 @@ class CoordinatorSample:
     ttft_buckets: dict[float, float] = field(default_factory=dict)  # upper bound → cumulative count
     open_circuits: frozenset[str] = frozenset()  # instance ids
     in_flight: float = 0.0  # requests being served
+    # of the requests admitted (on arrival): prompt tokens and how many requests; the output tokens asked for at
+    # most and how many requests said
+    prompt_tokens: float = 0.0
+    prompted: float = 0.0
+    max_tokens: float = 0.0
+    max_stated: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,7 @@ def parse_sample(text: str, at: float) -> CoordinatorSample:
     requests = errors = in_flight = 0.0
     buckets: dict[float, float] = {}
     open_circuits: set[str] = set()
+    sums = {PROMPT_TOKENS: [0.0, 0.0], MAX_TOKENS: [0.0, 0.0]}  # sum, count
     for family in text_string_to_metric_families(text):
         if family.name == REQUESTS:
             for sample in family.samples:
@@ -58,7 +67,25 @@ def parse_sample(text: str, at: float) -> CoordinatorSample:
             open_circuits.update(s.labels["instance"] for s in family.samples if s.value == 1)
         elif family.name == IN_FLIGHT:
             in_flight += sum(sample.value for sample in family.samples)
-    return CoordinatorSample(at, requests, errors, buckets, frozenset(open_circuits), in_flight)
+        elif family.name in sums:
+            for sample in family.samples:
+                if sample.name.endswith("_sum"):
+                    sums[family.name][0] += sample.value
+                elif sample.name.endswith("_count"):
+                    sums[family.name][1] += sample.value
+    (prompt_tokens, prompted), (max_tokens, max_stated) = sums[PROMPT_TOKENS], sums[MAX_TOKENS]
+    return CoordinatorSample(
+        at,
+        requests,
+        errors,
+        buckets,
+        frozenset(open_circuits),
+        in_flight,
+        prompt_tokens=prompt_tokens,
+        prompted=prompted,
+        max_tokens=max_tokens,
+        max_stated=max_stated,
+    )
 
 
 def scrape_coordinator(

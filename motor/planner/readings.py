@@ -27,9 +27,12 @@ class EngineReading:
     waiting: float
     kv_usage: float  # share of its KV blocks held
     queued_prefill_tokens: float | None = None  # prompt tokens still to compute (the simulator's series)
-    # per finished request (vLLM's histograms; 0 where the engine has none): output tokens, prompt tokens computed
+    # per finished request (vLLM's histograms; 0 where the engine has none): output tokens, the max_tokens asked
+    # for (of the requests that said), prompt tokens computed
     output_sum: float = 0.0
     output_count: float = 0.0
+    max_tokens_sum: float = 0.0
+    max_tokens_count: float = 0.0
     computed_sum: float = 0.0
     computed_count: float = 0.0
     # per engine step (vLLM's histograms; 0 where the engine has none): steps, output tokens of running
@@ -91,6 +94,8 @@ def engine_reading(role: str, text: str) -> EngineReading | None:
         queued_prefill_tokens=total(found, "motor_sim_queued_prefill_tokens"),
         output_sum=total(found, "vllm:request_generation_tokens_sum") or 0.0,
         output_count=total(found, "vllm:request_generation_tokens_count") or 0.0,
+        max_tokens_sum=total(found, "vllm:request_params_max_tokens_sum") or 0.0,
+        max_tokens_count=total(found, "vllm:request_params_max_tokens_count") or 0.0,
         computed_sum=total(found, "vllm:request_prefill_kv_computed_tokens_sum") or 0.0,
         computed_count=total(found, "vllm:request_prefill_kv_computed_tokens_count") or 0.0,
         steps=total(found, "vllm:iteration_tokens_total_count") or 0.0,

@@ -336,6 +336,10 @@ async def test_metrics_cover_every_family(coordinators: StartCoordinator, union:
         assert f"\n{family}" in text or f"# TYPE {family.rsplit('_bucket', 1)[0]}" in text, family
     assert coordinator_metric(coordinator, "motor_coordinator_itl_seconds_count") == 2  # 3 tokens, 2 gaps
     wait_coordinator_metric(coordinator, "motor_coordinator_overhead_seconds_count", 2)  # after the answer
+    # on arrival: "hello there" counted as 3 prompt tokens (11 characters / 4), max_tokens 3, each time
+    assert coordinator_metric(coordinator, "motor_coordinator_request_prompt_tokens_count") == 2
+    assert coordinator_metric(coordinator, "motor_coordinator_request_prompt_tokens_sum") == 6
+    assert coordinator_metric(coordinator, "motor_coordinator_request_max_tokens_sum") == 6
 
 
 async def test_workers_share_the_port_the_instance_set_and_the_limits(

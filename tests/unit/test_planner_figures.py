@@ -118,6 +118,9 @@ vllm:generation_tokens_total{engine="0",model_name="m"} 77.0
 # TYPE vllm:prompt_tokens_by_source counter
 vllm:prompt_tokens_by_source_total{engine="0",model_name="m",source="local_compute"} 500.0
 vllm:prompt_tokens_by_source_total{engine="0",model_name="m",source="local_cache_hit"} 300.0
+# TYPE vllm:request_params_max_tokens histogram
+vllm:request_params_max_tokens_count{engine="0",model_name="m"} 4.0
+vllm:request_params_max_tokens_sum{engine="0",model_name="m"} 256.0
 # TYPE vllm:request_success counter
 vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 2.0
 vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 3.0
@@ -134,6 +137,8 @@ def test_an_engine_page_is_read_as_vllm_names_it() -> None:
         waiting=1.0,
         kv_usage=0.25,
         queued_prefill_tokens=120.0,
+        max_tokens_sum=256.0,
+        max_tokens_count=4.0,
     )
     assert engine_reading("decode", "# nothing here\n") is None
 
@@ -161,3 +166,57 @@ def test_per_request_histograms_win_over_counter_ratios() -> None:
         readings.append(Reading(at=float(t), engines=engines))
     figures = window_figures(readings, 0.1, COUNTS, COUNTS)
     assert (figures.prompt_tokens, figures.output_tokens) == (500.0, 60.0)
+
+
+def shifting_readings(seconds: int = 20, shift: int = 15, stated: float = 4.0) -> list[Reading]:
+    """4 requests/s whose prompts the coordinator counts as 2,000 tokens and whose max_tokens is 32, then from
+    `shift` on 100 and 240 (`stated` of the 4 a second say their max_tokens). The prefill engines compute 0.9
+    of what the coordinator counted, a second later; the decode engines finish requests of the first kind
+    throughout, each generating half its max_tokens (16 of 32)."""
+    readings = []
+    prompts = [2000.0 if t < shift else 100.0 for t in range(seconds + 1)]
+    asks = [32.0 if t < shift else 240.0 for t in range(seconds + 1)]
+    for t in range(seconds + 1):
+        counted = 4.0 * sum(prompts[:t])
+        computed = 0.9 * 4.0 * sum(prompts[: max(t - 1, 0)])
+        engines = {
+            "prefill-0": engine("prefill", prompt_computed=computed, finished=4.0 * t, computed_sum=computed,
+                                computed_count=4.0 * t),
+            "decode-0": engine("decode", generated=64.0 * t, finished=4.0 * t, running=4.0, output_sum=64.0 * t,
+                               output_count=4.0 * t, max_tokens_sum=128.0 * t, max_tokens_count=4.0 * t),
+        }  # fmt: skip
+        coordinator = CoordinatorSample(at=float(t), requests=4.0 * t, errors=0.0, prompt_tokens=counted,
+                                        prompted=4.0 * t, max_tokens=stated / 4 * sum(asks[:t]) * 4.0,
+                                        max_stated=stated * t)  # fmt: skip
+        readings.append(Reading(at=float(t), coordinator=coordinator, engines=engines))
+    return readings
+
+
+def test_sizes_come_from_what_arrives_once_calibrated() -> None:
+    """The window after the shift holds only the new requests' arrivals, while the engines still finish the old
+    ones: the sizes follow the arrivals (× the computed share and the generated share measured over the
+    history), not the finished requests."""
+    figures = window_figures(shifting_readings(), 0.1, COUNTS, COUNTS, window_s=4.0)
+    assert figures.arrival_rate == pytest.approx(4.0)
+    computed_share = 0.9 * 4.0 * (2000.0 * 15 + 100.0 * 4) / (4.0 * (2000.0 * 15 + 100.0 * 5))
+    assert figures.prompt_tokens == pytest.approx(100.0 * computed_share)
+    assert figures.output_tokens == pytest.approx(120.0)  # 240 asked, half of what was asked is generated
+    assert (
+        "prompts on arrival (×0.90" in figures.notes[-1] and "answers on arrival (×0.50" in figures.notes[-1]
+    )
+    # over a longer window the sizes are those of the latest 20 arrivals (the 5 s since the shift), the rate
+    # the window's
+    longer = window_figures(shifting_readings(), 0.1, COUNTS, COUNTS, window_s=8.0)
+    assert (longer.prompt_tokens, longer.output_tokens) == (figures.prompt_tokens, figures.output_tokens)
+    before = window_figures(shifting_readings()[:15], 0.1, COUNTS, COUNTS, window_s=4.0)
+    # the prompts of the last second are not computed yet: the share is low by 1/14 of the history's tokens
+    assert before.prompt_tokens == pytest.approx(2000.0 * 0.9 * 13 / 14) and before.output_tokens == 16.0
+
+
+def test_sizes_come_from_finished_requests_until_calibrated_or_when_arrivals_do_not_say() -> None:
+    early = window_figures(shifting_readings()[:4], 0.1, COUNTS, COUNTS)  # 12 requests arrived so far
+    assert early.notes[-1] == "sizes from finished requests"
+    assert early.output_tokens == pytest.approx(16.0)
+    unsaid = window_figures(shifting_readings(stated=3.0), 0.1, COUNTS, COUNTS, window_s=4.0)  # 75 % said
+    assert unsaid.output_tokens == pytest.approx(16.0)  # finished requests'
+    assert "prompts on arrival" in unsaid.notes[-1] and "answers" not in unsaid.notes[-1]

@@ -47,6 +47,17 @@ def test_rate_errors_and_ttft_quantiles_from_the_coordinators_own_metrics() -> N
     assert 2.5 < window.ttft_p99 <= 5.0  # type: ignore[operator]
 
 
+def test_what_arrives_is_read_from_the_per_request_token_histograms() -> None:
+    registry = CollectorRegistry()
+    metrics = CoordinatorMetrics(registry)
+    metrics.arrived(2000, 16)
+    metrics.arrived(120, None)  # did not say its max_tokens
+    metrics.arrived(700, 64)
+    sample = scrape(metrics, registry, at=1.0)
+    assert (sample.prompt_tokens, sample.prompted) == (2820, 3)
+    assert (sample.max_tokens, sample.max_stated) == (80, 2)
+
+
 def test_a_restarted_coordinator_counts_from_zero() -> None:
     registry = CollectorRegistry()
     metrics = CoordinatorMetrics(registry)

@@ -192,6 +192,7 @@ class InferenceApp:
             request = parse_request(api, raw, core.models(), core.config.input_config)
             if core.kv is not None:
                 await core.kv.prepare(request.body, api, request.demand)
+            metrics.arrived(request.demand.prompt_tokens, request.stated_max_tokens)
             ledger = (
                 arm(request) if self.replay and request.stream and replay_refusal(request) is None else None
             )

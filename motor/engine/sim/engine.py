@@ -418,6 +418,7 @@ class SimEngine:
             metrics = self._metrics
             metrics.finished[finish] += 1
             metrics.request_generation_tokens.observe(len(seq.output_token_ids))
+            metrics.request_params_max_tokens.observe(request.max_tokens)
             metrics.request_prefill_kv_computed_tokens.observe(
                 len(request.prompt_token_ids) - seq.cached_tokens
             )

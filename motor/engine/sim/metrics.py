@@ -122,8 +122,10 @@ class EngineMetrics:
     external_prefix_cache_queries: int = 0
     external_prefix_cache_hits: int = 0
     finished: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINISH_REASONS, 0))
-    # per request that finished with stop or length: the output tokens, the prompt tokens it computed
+    # per request that finished with stop or length: the output tokens, the most it asked for, the prompt tokens
+    # it computed
     request_generation_tokens: Histogram = field(default_factory=lambda: Histogram(TOKEN_BUCKETS))
+    request_params_max_tokens: Histogram = field(default_factory=lambda: Histogram(TOKEN_BUCKETS))
     request_prefill_kv_computed_tokens: Histogram = field(default_factory=lambda: Histogram(TOKEN_BUCKETS))
     # the capacity model's steps: tokens per step, and per output token of a running sequence the step's time
     iteration_tokens: Histogram = field(default_factory=lambda: Histogram(ITERATION_TOKEN_BUCKETS))
@@ -220,6 +222,9 @@ class EngineCollector(Collector):
         )
         yield counts.request_generation_tokens.family(
             "vllm:request_generation_tokens", "Number of generation tokens processed.", self._labels
+        )
+        yield counts.request_params_max_tokens.family(
+            "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", self._labels
         )
         yield counts.request_prefill_kv_computed_tokens.family(
             "vllm:request_prefill_kv_computed_tokens",
