@@ -232,6 +232,9 @@ async def test_scaling_up_and_back_under_a_steady_stream_loses_no_request(
         assert await asyncio.to_thread(run.update, counts(1, 1), scale=True) == 0
         out = capsys.readouterr().out
         assert "draining prefill-1" in out and "stopped decode-1" in out
+        # the instances drain at once: both drains begin before either ends
+        drains = [out.index(f"draining {name}") for name in ("prefill-1", "decode-1")]
+        assert max(drains) < min(out.index(f"stopped {name}") for name in ("prefill-1", "decode-1"))
         assert still_running(leaving) == []
         assert run.pids() == first and set(instances(run)) == {"prefill-0", "decode-0"}
         served = stream.answered

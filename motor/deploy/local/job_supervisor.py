@@ -198,10 +198,12 @@ class JobSupervisor:
 
     async def _apply(self, job: JobFile, update: UpdateRecord) -> None:
         removed = [c for name, c in self.components.items() if job.component(name) is None]
-        for component in sorted(removed, key=lambda c: STOP_ORDER.index(c.job.kind)):
-            self._step(update, f"draining {component.name}")
-            await self.drain(component)
-            self._step(update, f"stopped {component.name}")
+        for kind in STOP_ORDER:
+            # the components of one kind drain at once: a conversion waits for the slowest, not for the sum
+            group = [c for c in removed if c.job.kind == kind]
+            for component in group:
+                self._step(update, f"draining {component.name}")
+            await asyncio.gather(*(self._drain_step(update, component) for component in group))
         for entry in job.components:
             running = self.components.get(entry.name)
             if running is None:
@@ -219,6 +221,10 @@ class JobSupervisor:
             self._step(update, f"starting {names}")
             await self.start(added)
             self._step(update, f"started {names}")
+
+    async def _drain_step(self, update: UpdateRecord, component: SupervisedComponent) -> None:
+        await self.drain(component)
+        self._step(update, f"stopped {component.name}")
 
     async def drain(self, component: SupervisedComponent) -> None:
         """Remove a component: an instance is terminated through the controller (the coordinators stop routing
