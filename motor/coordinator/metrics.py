@@ -209,17 +209,37 @@ class CoordinatorMetrics:
             self._max_tokens,
             *self._legs.values(),
         ]
+        # counted here, added to the counter and the gauge on flush (as the histograms: a prometheus_client
+        # inc() takes a lock, and in multiprocess mode writes a file-backed value, twice per request)
+        self._answered: dict[tuple[str, int], int] = {}
         self._request_children: dict[tuple[str, int], Any] = {}
+        self._entered = 0
 
     def flush(self) -> None:
         for batch in self._batches:
             batch.flush()
+        if self._entered:
+            self.in_flight.inc(self._entered)
+            self._entered = 0
+        answered = self._answered
+        for key, count in answered.items():
+            if count:
+                child = self._request_children.get(key)
+                if child is None:
+                    child = self._request_children[key] = self.requests.labels(key[0], str(key[1]))
+                child.inc(count)
+                answered[key] = 0
+
+    def entered(self) -> None:
+        """A request admitted: in flight until `left()`."""
+        self._entered += 1
+
+    def left(self) -> None:
+        self._entered -= 1
 
     def request_done(self, route: str, status: int) -> None:
-        child = self._request_children.get((route, status))
-        if child is None:
-            child = self._request_children[(route, status)] = self.requests.labels(route, str(status))
-        child.inc()
+        key = (route, status)
+        self._answered[key] = self._answered.get(key, 0) + 1
 
     def observe_e2e(self, route: str, seconds: float) -> None:
         batch = self._e2e.get(route)

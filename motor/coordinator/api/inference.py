@@ -184,7 +184,7 @@ class InferenceApp:
                     headers=RETRY_AFTER,
                 )
             admitted = True
-            metrics.in_flight.inc()
+            metrics.entered()
             limits = core.config.request_limit
             raw = await read_body(scope, receive, limits.max_body_bytes, limits.body_read_timeout)
             if messages:
@@ -218,7 +218,7 @@ class InferenceApp:
         finally:
             if admitted:
                 core.in_flight.leave()
-                metrics.in_flight.dec()
+                metrics.left()
             now = time.perf_counter()
             metrics.request_done(route, status)
             metrics.observe_e2e(route, now - started)

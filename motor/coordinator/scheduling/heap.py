@@ -53,8 +53,18 @@ class LoadHeap:
         """Reposition `endpoint` after its load or last pick changed (no-op if it left the heap)."""
         i = endpoint.heap_index
         items = self._items
-        if 0 <= i < len(items) and items[i] is endpoint:  # `endpoint in self`, inlined: runs per allocation
-            self._down(self._up(i))
+        n = len(items)
+        if not (0 <= i < n and items[i] is endpoint):  # `endpoint in self`, inlined: runs per allocation
+            return
+        # most changes keep the order (one endpoint, or a small change): tested inline, no sift called
+        if i > 0 and _before(endpoint, items[(i - 1) >> 1]):
+            self._up(i)
+            return
+        child = 2 * i + 1
+        if child < n and (
+            _before(items[child], endpoint) or (child + 1 < n and _before(items[child + 1], endpoint))
+        ):
+            self._down(i)
 
     def smallest_excluding(self, excluded: set[str] | frozenset[str]) -> EndpointLoad | None:
         """The least loaded endpoint whose instance id is not in `excluded`.
