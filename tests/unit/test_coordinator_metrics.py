@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest, multiprocess
 
-from motor.coordinator.metrics import ITL_BUCKETS, BatchedHistogram
+from motor.coordinator.metrics import ITL_BUCKETS, BatchedHistogram, CoordinatorMetrics
 
 
 def test_batched_histogram_flush_equals_per_event_observe() -> None:
@@ -63,7 +63,7 @@ def test_histogram_internals_are_what_batched_histogram_uses() -> None:
 MULTIPROCESS_WORKER = """
 import random, sys
 from prometheus_client import Histogram
-from motor.coordinator.metrics import ITL_BUCKETS, BatchedHistogram
+from motor.coordinator.metrics import ITL_BUCKETS, BatchedHistogram, CoordinatorMetrics
 
 direct = Histogram("direct", "x", ["leg"], buckets=ITL_BUCKETS).labels("decode")
 batched = BatchedHistogram(Histogram("batched", "x", ["leg"], buckets=ITL_BUCKETS).labels("decode"))
@@ -100,3 +100,27 @@ def test_batched_histogram_aggregates_like_observe_in_multiprocess_mode(tmp_path
     [batched_sum] = [value for suffix, _, value in batched if suffix == "_sum"]
     [direct_sum] = [value for suffix, _, value in direct if suffix == "_sum"]
     assert batched_sum == pytest.approx(direct_sum, rel=1e-9)
+
+
+def test_requests_and_in_flight_are_counted_locally_and_added_on_flush() -> None:
+    registry = CollectorRegistry()
+    metrics = CoordinatorMetrics(registry)
+    for _ in range(3):
+        metrics.entered()
+    metrics.left()
+    metrics.request_done("chat", 200)
+    metrics.request_done("chat", 200)
+    metrics.request_done("completions", 503)
+    in_flight = "motor_coordinator_in_flight_requests"
+    assert registry.get_sample_value(in_flight) == 0  # nothing added before the flush
+    metrics.flush()
+    assert registry.get_sample_value(in_flight) == 2
+    requests = "motor_coordinator_requests_total"
+    assert registry.get_sample_value(requests, {"route": "chat", "status": "200"}) == 2
+    assert registry.get_sample_value(requests, {"route": "completions", "status": "503"}) == 1
+    metrics.left()
+    metrics.request_done("chat", 200)
+    metrics.flush()
+    metrics.flush()  # a flush with nothing new adds nothing
+    assert registry.get_sample_value(in_flight) == 1
+    assert registry.get_sample_value(requests, {"route": "chat", "status": "200"}) == 3
