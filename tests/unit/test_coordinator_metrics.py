@@ -1,4 +1,5 @@
-"""The batched ITL histogram exposes exactly what per-observation Histogram.observe would."""
+"""The coordinator's batched metrics (histograms, the request counter, the in-flight gauge) expose exactly what
+per-event updates would."""
 
 import math
 import os
