@@ -97,32 +97,32 @@ def _arrived(readings: Sequence[Reading], enough: float = math.inf) -> _Arrived:
 
 
 def _sizes(
-    window: _Arrived, kept: _Arrived, recent: _Totals, history: _Totals
+    latest: _Arrived, kept: _Arrived, recent: _Totals, history: _Totals
 ) -> tuple[float | None, float | None, str]:
     """(prompt tokens computed per request, output tokens per request, where they come from): on arrival when
-    the calibration has enough requests (see the module's doc), else from the finished requests of the window."""
+    the calibration has enough requests (see the module's doc), else from the finished requests of the latest."""
     prompt, output = recent.prompt_tokens(), recent.output_tokens()
     sources = []
     if (
-        window.prompted > 0
+        latest.prompted > 0
         and kept.prompted >= CALIBRATION_REQUESTS
         and kept.prompt_tokens > 0
         and history.computed > 0
     ):
         computed_per_counted = history.computed / kept.prompt_tokens
-        prompt = window.prompt_tokens / window.prompted * computed_per_counted
+        prompt = latest.prompt_tokens / latest.prompted * computed_per_counted
         sources.append(f"prompts on arrival (×{computed_per_counted:.2f} computed per token counted)")
     generated = _ratio(history.output_sum, history.output_count)
     asked = _ratio(history.max_tokens_sum, history.max_tokens_count)
     if (
-        window.prompted > 0
-        and window.max_stated >= STATED_SHARE * window.prompted
+        latest.prompted > 0
+        and latest.max_stated >= STATED_SHARE * latest.prompted
         and history.output_count >= CALIBRATION_REQUESTS
         and generated is not None
         and asked
     ):
         answered_share = generated / asked
-        output = window.max_tokens / window.max_stated * answered_share
+        output = latest.max_tokens / latest.max_stated * answered_share
         sources.append(f"answers on arrival (×{answered_share:.2f} of max_tokens generated)")
     return prompt, output, "; ".join(sources) or "sizes from finished requests"
 
