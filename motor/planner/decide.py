@@ -27,7 +27,9 @@ move, but only by growing a role into free budget: a queue never takes instances
 conversion takes seconds, by which time the queue is gone, and a new instance only serves new arrivals). Growth
 is applied at once (while the shrinking part of a target waits, the best split that shrinks nothing is
 applied); a change that shrinks a role must be proposed `scale_down_intervals` decisions in a row (proposals
-that move the roles the same way agree, and the latest is made) and clear the hysteresis margin: the shrunk
+that move the roles the same way and lie within one instance per role of the one before agree, and the latest
+is made: a shift still being read, whose target jumps further, waits one decision more) and clear the hysteresis
+margin: the shrunk
 role's need now stays at most (1 − margin) of its new count, or, when the current counts do not cover the
 traffic, the move raises the worse role's coverage by the margin. Nothing changes during
 a scale still in progress, within `cooldown_s` of the last change, or past `max_changes_per_minute`; without the
@@ -126,7 +128,7 @@ def decide(
     seen = replace(memory, proposal=None, streak=0)
     if shrinking:
         proposal = (target["prefill"], target["decode"])
-        agrees = memory.proposal is not None and _moves(memory.proposal, current) == _moves(proposal, current)
+        agrees = memory.proposal is not None and _agree(memory.proposal, proposal, current)
         streak = memory.streak + 1 if agrees else 1
         seen = replace(memory, proposal=proposal, streak=streak)
         waits = None
@@ -294,9 +296,16 @@ def _full(split: Counts, bounds: PlannerBounds) -> bool:
     )
 
 
+def _agree(before: tuple[int, int], proposal: tuple[int, int], current: Counts) -> bool:
+    """Proposals agree when they move the roles alike and lie within one instance per role: a need that
+    wavers by an instance does not start the count again, while a target that jumps (the latest arrivals half
+    of the old phase, half of the new) is not made before it settles."""
+    near = all(abs(a - b) <= 1 for a, b in zip(before, proposal, strict=True))
+    return near and _moves(before, current) == _moves(proposal, current)
+
+
 def _moves(proposal: tuple[int, int], current: Counts) -> tuple[int, int]:
-    """Which way a proposal moves each role: -1, 0, +1 (proposals that move the roles alike agree, so a need
-    still drifting after a phase change does not start the count again at every decision)."""
+    """Which way a proposal moves each role: -1, 0, +1."""
     prefill, decode = proposal
     return (
         (prefill > current["prefill"]) - (prefill < current["prefill"]),

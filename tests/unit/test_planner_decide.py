@@ -174,14 +174,17 @@ def test_filling_the_budget_no_flapping_between_splits_that_both_cover() -> None
     assert changes == [(6, 2)]
 
 
-def test_a_need_still_drifting_after_a_phase_change_agrees_with_itself() -> None:
-    """A prompt-heavy phase turning answer-heavy: every decision proposes a split with less prefill and more
-    decode than 6P+2D, each a different one; the second is made, not held until the needs settle."""
+def test_a_need_still_drifting_after_a_phase_change_agrees_once_it_settles() -> None:
+    """A prompt-heavy phase turning answer-heavy: each decision proposes less prefill and more decode than
+    6P+2D. A target that jumps by more than an instance (4P+4D, then 2P+6D) starts the count again; one within an
+    instance of the one before (2P+6D, then 1P+7D) agrees, and the latest is made."""
     seen = figures(6, 2, arrival_rate=5.0, prompt_tokens=400.0, output_tokens=40.0)
     decision, memory = run(seen, FILL)
     assert decision.kind == "hold" and memory.proposal == (4, 4), decision.reason
-    decision, _ = run(replace(seen, prompt_tokens=200.0, output_tokens=60.0), FILL, memory)
-    assert decision.kind == "convert" and decision.targets == {"prefill": 2, "decode": 6}, decision.reason
+    decision, memory = run(replace(seen, prompt_tokens=200.0, output_tokens=60.0), FILL, memory)
+    assert decision.kind == "hold" and memory.proposal == (2, 6) and memory.streak == 1, decision.reason
+    decision, _ = run(replace(seen, prompt_tokens=100.0, output_tokens=70.0), FILL, memory)
+    assert decision.kind == "convert" and decision.targets == {"prefill": 1, "decode": 7}, decision.reason
 
 
 def test_a_proposal_that_changes_starts_its_count_again() -> None:
