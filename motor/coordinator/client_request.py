@@ -81,9 +81,8 @@ class ClientRequest:
     stream: bool
     demand: Demand
     encode: EncodeWork | None = None  # a chat request's multimodal items: what its encode leg computes
-    stated_max_tokens: int | None = (
-        None  # the output tokens the client asked for at most (None: it did not say)
-    )
+    # the output tokens the client asked for at most (None: it did not say)
+    stated_max_tokens: int | None = None
 
     @property
     def path(self) -> bytes:

@@ -221,14 +221,12 @@ class CoordinatorMetrics:
         if self._entered:
             self.in_flight.inc(self._entered)
             self._entered = 0
-        answered = self._answered
-        for key, count in answered.items():
-            if count:
-                child = self._request_children.get(key)
-                if child is None:
-                    child = self._request_children[key] = self.requests.labels(key[0], str(key[1]))
-                child.inc(count)
-                answered[key] = 0
+        for (route, status), count in self._answered.items():
+            child = self._request_children.get((route, status))
+            if child is None:
+                child = self._request_children[(route, status)] = self.requests.labels(route, str(status))
+            child.inc(count)
+        self._answered.clear()
 
     def entered(self) -> None:
         """A request admitted: in flight until `left()`."""

@@ -29,10 +29,9 @@ is applied at once (while the shrinking part of a target waits, the best split t
 applied); a change that shrinks a role must be proposed `scale_down_intervals` decisions in a row (proposals
 that move the roles the same way and lie within one instance per role of the one before agree, and the latest
 is made: a shift still being read, whose target jumps further, waits one decision more) and clear the hysteresis
-margin: the shrunk
-role's need now stays at most (1 − margin) of its new count, or, when the current counts do not cover the
-traffic, the move raises the worse role's coverage by the margin. Nothing changes during
-a scale still in progress, within `cooldown_s` of the last change, or past `max_changes_per_minute`; without the
+margin: the shrunk role's need now stays at most (1 − margin) of its new count, or, when the current counts do
+not cover the traffic, the move raises the worse role's coverage by the margin. Nothing changes during a scale
+still in progress, within `cooldown_s` of the last change, or past `max_changes_per_minute`; without the
 figures a role's need takes, the planner holds and says which are missing. Idle (nothing arrives, nothing
 queued): the minimums (filling the budget: the counts it runs).
 """

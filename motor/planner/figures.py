@@ -99,8 +99,9 @@ def _arrived(readings: Sequence[Reading], enough: float = math.inf) -> _Arrived:
 def _sizes(
     latest: _Arrived, kept: _Arrived, recent: _Totals, history: _Totals
 ) -> tuple[float | None, float | None, str]:
-    """(prompt tokens computed per request, output tokens per request, where they come from): on arrival when
-    the calibration has enough requests (see the module's doc), else from the finished requests of the latest."""
+    """(prompt tokens computed per request, output tokens per request, where they come from): those of the
+    `latest` arrivals when what was `kept` calibrates them (see the module's doc), else those of the requests
+    finished in the window (`recent`)."""
     prompt, output = recent.prompt_tokens(), recent.output_tokens()
     sources = []
     if (

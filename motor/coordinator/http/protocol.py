@@ -13,10 +13,11 @@ sent chunked.
 Requests on one connection are answered in order, by one task per connection (started by its first request):
 a request that arrives while another is answered waits (and the connection stops reading until it is its
 turn). Request bodies are buffered up to `BODY_PAUSE_BYTES` before reading pauses until the app takes them;
-responses wait for the transport to drain when the client reads slower than they are sent. A client that goes away turns a pending or later `receive()` into
-`http.disconnect`. Deadlines (idle keep-alive, the request head) are enforced by the server's sweeper
-(`motor.coordinator.http.server`) from `idle_since` and `head_since`; the head's clock starts with its first byte,
-stray CRLFs before a request line included. A head beyond the server's `max_head_bytes` is answered 431.
+responses wait for the transport to drain when the client reads slower than they are sent. A client that goes
+away turns a pending or later `receive()` into `http.disconnect`. Deadlines (idle keep-alive, the request head)
+are enforced by the server's sweeper (`motor.coordinator.http.server`) from `idle_since` and `head_since`; the
+head's clock starts with its first byte, stray CRLFs before a request line included. A head beyond the server's
+`max_head_bytes` is answered 431.
 
 A response that completes before its request body was read whole closes the connection (the client may never
 send the rest: RFC 9110 §10.1.1); so do the server's own refusals (400, 408, 431). Such a connection stops
