@@ -96,7 +96,7 @@ from motor.config.planner import PLANNED_ROLES, PlannedRole, planner_bounds
 from motor.engine.sim.capacity import CapacityModel
 from motor.planner.decide import Figures, role_needs
 from tests.fixtures.control import ConfigPair, LocalRun, sim_config
-from tests.fixtures.planner import LATENCY_MODEL_FLAGS
+from tests.fixtures.planner import drop_latency_model, give_planner_port
 
 Counts = dict[PlannedRole, int]
 
@@ -340,14 +340,10 @@ def job_config(directory: Path, split: Counts, planner: dict[str, Any] | None) -
     if planner is not None:
         overrides["motor_planner_config"] = planner
     config = sim_config(directory, overrides=overrides, instances=BUDGET)
-    doc = config.doc
-    for section in ("motor_engine_prefill_config", "motor_engine_decode_config"):
-        for flag in LATENCY_MODEL_FLAGS:  # the capacity model refuses them
-            doc[section]["engine_config"].pop(flag)
-    if planner is not None:  # the block's unused port (sim_config)
-        infer_port = doc["motor_coordinator_config"]["api_config"]["coordinator_api_infer_port"]
-        doc["motor_planner_config"]["api_config"] = {"planner_api_port": infer_port + 3}
-    config.user.write_text(json.dumps(doc, indent=2))
+    drop_latency_model(config.doc)
+    if planner is not None:
+        give_planner_port(config.doc)
+    config.user.write_text(json.dumps(config.doc, indent=2))
     return config
 
 

@@ -30,7 +30,7 @@ from motor.config.models import PlannerConfig
 from motor.config.planner import planner_bounds
 from motor.planner.actuate import LocalActuator, carry_out
 from tests.fixtures.control import LocalRun, sim_config
-from tests.fixtures.planner import CAPACITY_MODEL, LATENCY_MODEL_FLAGS, Load
+from tests.fixtures.planner import CAPACITY_MODEL, Load, drop_latency_model
 
 ROUND = (
     ("add decode", (1, 2)),
@@ -50,9 +50,7 @@ def deploy(directory: Path, pool: bool) -> LocalRun:
         pool=pool,
         overrides={"motor_engine_prefill_config": engine, "motor_engine_decode_config": engine},
     )
-    for section in ("motor_engine_prefill_config", "motor_engine_decode_config"):
-        for flag in LATENCY_MODEL_FLAGS:
-            config.doc[section]["engine_config"].pop(flag, None)
+    drop_latency_model(config.doc)
     config.user.write_text(json.dumps(config.doc, indent=2))
     run = LocalRun(config, directory / "run", config.doc["motor_deploy_config"]["job_id"])
     if run.plan_and_deploy() != 0:
