@@ -210,10 +210,15 @@ PLAN_IN_TREE = (
 
 
 def start_coordinator(
-    config: str, work: Path, tree: Path | None = None, launcher: tuple[str, ...] = ("-m", "motor.coordinator")
+    config: str,
+    work: Path,
+    tree: Path | None = None,
+    launcher: tuple[str, ...] = ("-m", "motor.coordinator"),
+    python: str = sys.executable,
 ) -> Coordinator:
     """A coordinator from this checkout, or from the source tree `tree` (planned and run by that tree);
-    `launcher`: what the interpreter runs with `--spec FILE` (server_choice.py starts a candidate server)."""
+    `launcher`: what the interpreter runs with `--spec FILE` (server_choice.py starts a candidate server);
+    `python`: the interpreter it runs on (it needs motor's runtime dependencies)."""
     infer_port, mgmt_port = free_port(), free_port()
     directory = work / f"coordinator-{config}-{infer_port}"
     directory.mkdir()
@@ -233,7 +238,7 @@ def start_coordinator(
         spec, secrets = json.loads(planned.stdout)
     spec_path = directory / "coordinator.spec.json"
     spec_path.write_text(spec)
-    args = [sys.executable, *launcher, "--spec", str(spec_path)]
+    args = [python, *launcher, "--spec", str(spec_path)]
     # the API keys and the controller token travel in the environment, as `motor deploy` hands them over
     env.update(secrets)
     env["MOTOR_CONTROLLER_TOKEN"] = REFRESH_TOKEN

@@ -7,7 +7,8 @@ Paths, alternated turn by turn in one run (the order rotates every turn, so each
   mode (`--vllm-pd-disaggregation`, the prefill and the decode engine);
 - smg (SGLang Model Gateway 1.13.0, `bench` extra): `smg launch` with the engine as its worker, aggregated only
   (it has no PD mode for vLLM-style engines);
-- with `--baseline DIR`, also motor@base: the coordinator from another source tree, for before/after figures.
+- with `--baseline DIR` and/or `--baseline-python PATH`, also motor@base: the coordinator from another source
+  tree, or on another interpreter, for before/after figures.
 
 Both Rust routers run `--policy round_robin`, their cheapest (their default, cache_aware, keeps a prefix tree
 per request, which a one-worker proxy does not need), without retries or circuit breaker.
@@ -30,7 +31,7 @@ A PNG with CPU per request by path goes to `--plot`.
 
     .venv/bin/python benchmarks/router_overhead.py [--turns 3] [--sequential 500] [--rate 500] [--turn-s 3]
         [--streams 1000] [--stream-tokens 50] [--configs aggregated,prefill_first] [--paths motor,vllm-router,smg]
-        [--baseline DIR]
+        [--baseline DIR] [--baseline-python PATH]
 
 Everything listens on 127.0.0.1 on free ports; every process started here is stopped by pid at the end.
 """
@@ -106,9 +107,22 @@ def start_smg(engines: dict[str, Process], work: Path) -> Process:
     return start_rust_router("smg", flags, "warn", work)
 
 
-def start_motor(config: str, engines: dict[str, Process], work: Path, name: str, tree: Path | None) -> Route:
-    """The coordinator from this checkout, or from `tree` (a copy of another commit's sources)."""
-    coordinator = start_coordinator(config, work, tree)
+@dataclass(frozen=True)
+class Baseline:
+    """What motor@base runs: the sources in `tree` (None: this checkout) on the interpreter `python`."""
+
+    tree: Path | None
+    python: str
+
+
+def start_motor(
+    config: str, engines: dict[str, Process], work: Path, name: str, baseline: Baseline | None
+) -> Route:
+    """The coordinator from this checkout on this interpreter, or as `baseline` says."""
+    if baseline is None:
+        coordinator = start_coordinator(config, work)
+    else:
+        coordinator = start_coordinator(config, work, baseline.tree, python=baseline.python)
     register(coordinator.mgmt_port, engines)
     return Route(name, coordinator.process.port, coordinator.headers, coordinator.process)
 
@@ -118,7 +132,7 @@ def start_paths(
     engines: dict[str, Process],
     routers: list[str],
     work: Path,
-    baseline: Path | None,
+    baseline: Baseline | None,
     stack: contextlib.ExitStack,
 ) -> list[Route]:
     """The direct path and one per router; each router process is stopped when `stack` closes."""
@@ -391,6 +405,11 @@ def parse_args() -> argparse.Namespace:
         "as the path motor@base, to measure a change before/after in the same run",
     )
     parser.add_argument(
+        "--baseline-python",
+        help="the interpreter motor@base runs on (default: this one); alone, motor@base is this checkout on it, "
+        "to measure what the interpreter's build costs (it needs motor's runtime extra installed)",
+    )
+    parser.add_argument(
         "--plot", type=Path, default=default_plot_path("router_overhead"), help="PNG to write"
     )
     args = parser.parse_args()
@@ -398,6 +417,11 @@ def parse_args() -> argparse.Namespace:
         parser.error(f"--configs: unknown {sorted(unknown)}; choose from {', '.join(CONFIGS)}")
     if unknown := set(args.paths) - set(ROUTERS):
         parser.error(f"--paths: unknown {sorted(unknown)}; choose from {', '.join(ROUTERS)}")
+    args.baseline = (
+        Baseline(args.baseline, args.baseline_python or sys.executable)
+        if args.baseline is not None or args.baseline_python is not None
+        else None
+    )
     return args
 
 
