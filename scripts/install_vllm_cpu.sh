@@ -28,7 +28,11 @@ if ! ldconfig -p 2>/dev/null | grep -q libibverbs.so.1; then
 fi
 
 if [[ -x "$venv_dir/bin/python" ]]; then
-    note "venv: $venv_dir exists"
+    venv_python=$("$venv_dir/bin/python" -c 'import sys; print(sys._base_executable)')
+    note "venv: $venv_dir exists (on $venv_python)"
+    if [[ -n "${PYTHON:-}" && "$(readlink -f "$venv_python")" != "$(readlink -f "$(command -v "$PYTHON")")" ]]; then
+        note "  not on $PYTHON: remove $venv_dir and run again to rebuild it there"
+    fi
 else
     step "venv: create $venv_dir" "$python_bin" -m venv "$venv_dir"
 fi

