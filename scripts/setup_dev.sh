@@ -31,7 +31,7 @@ else
 fi
 
 # Every motor process runs on the venv's interpreter. Debian's python3 is built with profile-guided optimisation; a
-# default pyenv or source build is not, and costs the coordinator about 10 % more CPU per request
+# default pyenv or source build is not, and costs the coordinator 14–21 % more CPU per aggregated request
 # (docs/benchmarks.md, "Against the Rust routers"). PYTHON=/path/to/python3 picks another one (3.11 or newer).
 if [[ -z "${PYTHON:-}" ]] && /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
     export PYTHON=/usr/bin/python3
