@@ -108,21 +108,20 @@ def start_smg(engines: dict[str, Process], work: Path) -> Process:
 
 
 @dataclass(frozen=True)
-class Baseline:
-    """What motor@base runs: the sources in `tree` (None: this checkout) on the interpreter `python`."""
+class MotorSources:
+    """What a motor path runs: the sources in `tree` (None: this checkout) on the interpreter `python`."""
 
     tree: Path | None
     python: str
 
 
+HERE = MotorSources(None, sys.executable)  # the path motor
+
+
 def start_motor(
-    config: str, engines: dict[str, Process], work: Path, name: str, baseline: Baseline | None
+    config: str, engines: dict[str, Process], work: Path, name: str, sources: MotorSources
 ) -> Route:
-    """The coordinator from this checkout on this interpreter, or as `baseline` says."""
-    if baseline is None:
-        coordinator = start_coordinator(config, work)
-    else:
-        coordinator = start_coordinator(config, work, baseline.tree, python=baseline.python)
+    coordinator = start_coordinator(config, work, sources.tree, python=sources.python)
     register(coordinator.mgmt_port, engines)
     return Route(name, coordinator.process.port, coordinator.headers, coordinator.process)
 
@@ -132,7 +131,7 @@ def start_paths(
     engines: dict[str, Process],
     routers: list[str],
     work: Path,
-    baseline: Baseline | None,
+    baseline: MotorSources | None,
     stack: contextlib.ExitStack,
 ) -> list[Route]:
     """The direct path and one per router; each router process is stopped when `stack` closes."""
@@ -146,7 +145,7 @@ def start_paths(
 
     for router in routers:
         if router == "motor":
-            add(start_motor(config, engines, work, "motor", None))
+            add(start_motor(config, engines, work, "motor", HERE))
             if baseline is not None:
                 add(start_motor(config, engines, work, "motor@base", baseline))
         elif router == "vllm-router":
@@ -418,7 +417,7 @@ def parse_args() -> argparse.Namespace:
     if unknown := set(args.paths) - set(ROUTERS):
         parser.error(f"--paths: unknown {sorted(unknown)}; choose from {', '.join(ROUTERS)}")
     args.baseline = (
-        Baseline(args.baseline, args.baseline_python or sys.executable)
+        MotorSources(args.baseline, args.baseline_python or sys.executable)
         if args.baseline is not None or args.baseline_python is not None
         else None
     )

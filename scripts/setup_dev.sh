@@ -30,8 +30,8 @@ else
     note "apt: ${apt_packages[*]} already installed"
 fi
 
-# Every motor process runs on the venv's interpreter. Debian's python3 is built with profile-guided optimisation; a
-# default pyenv or source build is not, and costs the coordinator 14–21 % more CPU per aggregated request
+# Every motor process runs on the venv's interpreter. Debian's python3 is built with profile-guided and link-time
+# optimisation; a default pyenv or source build is not and costs the coordinator more CPU per request
 # (docs/benchmarks.md, "Against the Rust routers"). PYTHON=/path/to/python3 picks another one (3.11 or newer).
 if [[ -z "${PYTHON:-}" ]] && /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
     export PYTHON=/usr/bin/python3

@@ -221,10 +221,11 @@ class CoordinatorMetrics:
         if self._entered:
             self.in_flight.inc(self._entered)
             self._entered = 0
-        for (route, status), count in self._answered.items():
-            child = self._request_children.get((route, status))
+        for key, count in self._answered.items():
+            child = self._request_children.get(key)
             if child is None:
-                child = self._request_children[(route, status)] = self.requests.labels(route, str(status))
+                route, status = key
+                child = self._request_children[key] = self.requests.labels(route, str(status))
             child.inc(count)
         self._answered.clear()
 
